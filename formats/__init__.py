@@ -1,0 +1,1 @@
+"""Format declarations (data files read by fp8lab.formats)."""

@@ -1,0 +1,1 @@
+"""CUDA sources compiled at run time by fp8lab.gpu."""
