@@ -1,0 +1,1 @@
+"""GPU (CuPy) codecs and GEMMs."""

@@ -1,0 +1,1 @@
+"""The LoKA engine: Probe, Mods and Dispatch."""
