@@ -46,7 +46,7 @@ def _as_float_array(x) -> np.ndarray:
     if isinstance(x, np.ndarray):
         arr = x
     elif isinstance(x, (bool, np.bool_)) or isinstance(x, (str, bytes)):
-        raise TypeError(f"cannot encode {type(x).__name__}; expected {_ACCEPTED} values")
+        raise TypeError(f"cannot encode {type(x).__name__} {x!r}; accepted: {_ACCEPTED}")
     elif isinstance(x, float):
         arr = np.asarray(x, dtype=np.float64)
     elif isinstance(x, numbers.Integral) or isinstance(x, numbers.Complex) and not isinstance(x, np.floating):
@@ -56,6 +56,8 @@ def _as_float_array(x) -> np.ndarray:
         arr = np.asarray(x)
     kind = arr.dtype.name
     if kind in ("float16", "float32", "float64", "bfloat16"):
+        if not arr.dtype.isnative:  # the kernels read native-endian bits: convert (exactly)
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         return arr
     if arr.dtype == np.longdouble:
         raise TypeError(f"{kind} input is refused (it would be rounded silently); convert it to "

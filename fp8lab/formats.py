@@ -233,6 +233,22 @@ class Format:
         table.setflags(write=False)
         return table
 
+    def table_rows(self) -> list[dict]:
+        """The 256 codes as rows: code, hex, bits split by field, class, value (shortest repr).
+
+        >>> get_format("hif8").table_rows()[0x2E]
+        {'code': 46, 'hex': '0x2e', 'bits': '0|01|01|110', 'class': 'normal', 'value': '14.0'}
+        """
+        return [{"code": c, "hex": f"{c:#04x}", "bits": self.fields[c], "class": self.classes[c],
+                 "value": repr(float(self.values[c]))} for c in range(256)]
+
+    def table_csv(self) -> str:
+        """:meth:`table_rows` as CSV text, the content of ``formats/<name>.csv``."""
+        lines = ["code,hex,bits,class,value"]
+        lines += [",".join(str(r[k]) for k in ("code", "hex", "bits", "class", "value"))
+                  for r in self.table_rows()]
+        return "\n".join(lines) + "\n"
+
     def __repr__(self) -> str:
         return f"Format({self.name!r})"
 
@@ -507,3 +523,20 @@ def finfo(fmt: "str | Format") -> FormatInfo:
     (32768.0, True, 253, (128,), (111, 239))
     """
     return get_format(fmt).finfo
+
+
+def write_tables(folder: "Path | None" = None) -> list[Path]:
+    """Write each format's 256-code table beside its declaration (``formats/<name>.csv``).
+
+    The tables are for review; a test checks that the committed files equal the derived ones.
+    After editing a declaration run
+    ``python -c "import fp8lab.formats as f; f.write_tables()"``.
+    """
+    folder = Path(folder) if folder is not None else data_dir("formats")
+    paths = []
+    for name in list_formats():
+        path = folder / f"{name}.csv"
+        path.write_text(get_format(name).table_csv())
+        paths.append(path)
+    return paths
+
