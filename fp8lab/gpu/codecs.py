@@ -1,0 +1,164 @@
+"""GPU codecs for CuPy arrays: the same results as :func:`fp8lab.encode` / :func:`fp8lab.decode`.
+
+Bit-identical to the CPU: same rounding modes (stochastic included: element ``i`` of the C-order
+flattened array draws the same SplitMix64 bits from the same ``seed``), same saturate policy, same
+special codes. Checked on an H200 over all 2^32 float32 inputs for every format and deterministic
+mode (``benchmarks/gpu_check.py``; results in ``docs/gpu.md``).
+
+Inputs: CuPy arrays of float32, float64 or float16, or bfloat16 passed as its uint16 bit pattern
+with ``bfloat16=True`` (CuPy has no bfloat16 dtype); any object exporting DLPack is taken through
+``cupy.from_dlpack``. Outputs: CuPy uint8 codes, C-contiguous, the input's shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _kernels as K
+from ..codecs import _check_seed, _lut, _seed_key, resolve_rounding
+from ..formats import get_format
+from . import _loader
+
+__all__ = ["encode", "decode"]
+
+_KIND = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+_THREADS = 512
+#: float32 deterministic modes: "bits" (integer logic, tables of a few dozen bytes) or "lut" (the
+#: CPU's 2^17-entry table in shared memory). Both are proven equal on all 2^32 inputs.
+FLOAT32_PATH = "lut"
+_cache: dict = {}
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _as_cupy(x):
+    cp = _cupy()
+    if isinstance(x, cp.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        return cp.from_dlpack(x)
+    raise TypeError(f"fp8lab.gpu expects a CuPy array (or a DLPack-exporting device array), "
+                    f"got {type(x).__name__}; use fp8lab.encode / fp8lab.decode for NumPy arrays")
+
+
+def _sm_count() -> int:
+    cp = _cupy()
+    dev = cp.cuda.Device().id
+    key = ("sms", dev)
+    if key not in _cache:
+        _cache[key] = cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"]
+    return _cache[key]
+
+
+def _grid(nwork: int, threads: int, per_sm: int) -> int:
+    return max(1, min((nwork + threads - 1) // threads, _sm_count() * per_sm))
+
+
+def _device_table(key, make):
+    cp = _cupy()
+    k = (cp.cuda.Device().id,) + key
+    t = _cache.get(k)
+    if t is None:
+        t = _cache[k] = cp.asarray(make())
+    return t
+
+
+def encode_instance(kind: str, mode: str, sat: bool, use_lut: bool) -> str:
+    return (f"fp8_encode<{_KIND[kind]}, {K.MODE_CODES[mode]}, {'true' if sat else 'false'}, "
+            f"{'true' if use_lut else 'false'}>")
+
+
+def decode_instance(nbytes: int) -> str:
+    return f"fp8_decode<{nbytes}>"
+
+
+def _instances() -> list[str]:
+    """Every template instance the library launches from codecs.cu (for the nvcc build check)."""
+    out = [encode_instance(k, m, s, False) for k in _KIND for m in K.MODE_CODES for s in (False, True)]
+    out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
+            for s in (False, True)]
+    return out + [decode_instance(b) for b in (2, 4, 8)]
+
+
+def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=False, bfloat16=False,
+           path=None):
+    """Encode a CuPy array into 8-bit codes of ``fmt`` (see :func:`fp8lab.encode`).
+
+    ``bfloat16=True`` reads a uint16 array as bfloat16 bit patterns. ``path`` ("bits" or "lut")
+    overrides :data:`FLOAT32_PATH` for float32/float16/bfloat16 in deterministic modes.
+    """
+    cp = _cupy()
+    f = get_format(fmt)
+    mode = resolve_rounding(f, rounding)
+    _check_seed(seed, mode)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
+    x = _as_cupy(x)
+    if bfloat16:
+        if x.dtype != cp.uint16:
+            raise TypeError(f"bfloat16=True needs the uint16 bit patterns, got {x.dtype}")
+        kind = "bfloat16"
+    else:
+        kind = x.dtype.name
+        if kind not in ("float32", "float64", "float16"):
+            hint = " (pass bfloat16 bits with bfloat16=True)" if kind == "uint16" else ""
+            raise TypeError(f"cannot encode a CuPy array of {kind}; accepted: float32, float64, "
+                            f"float16, bfloat16 bits{hint}")
+    if kind == "float64" and via_float32:
+        x, kind = x.astype(cp.float32), "float32"
+    flat = cp.ascontiguousarray(x).reshape(-1)
+    n = flat.size
+    out = cp.empty(n, cp.uint8)
+    if n == 0:
+        return out.reshape(x.shape)
+    use_lut = (path or FLOAT32_PATH) == "lut" and mode != "stochastic" and kind != "float64"
+    if path not in (None, "bits", "lut"):
+        raise ValueError(f"unknown path {path!r}; known: bits, lut")
+    k = _loader.kernel("codecs.cu", encode_instance(kind, mode, bool(saturate), use_lut),
+                       _loader.format_defines(f))
+    key = np.uint64(_seed_key(seed)) if mode == "stochastic" else np.uint64(0)
+    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    if use_lut:
+        lut = _device_table(("lut", f.name, mode, bool(saturate)),
+                            lambda: _lut(f, "float32", mode, bool(saturate)))
+        smem = 1 << 17
+        k.max_dynamic_shared_size_bytes = smem
+        threads, per_sm = 1024, 1
+    else:
+        lut, smem, threads, per_sm = out, 0, _THREADS, 4
+    grid = _grid(max(n // 16, 1), threads, per_sm)
+    k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), key, lut), shared_mem=smem)
+    return out.reshape(x.shape)
+
+
+def decode(codes, fmt, *, dtype="float32"):
+    """Decode CuPy uint8 codes of ``fmt`` into ``dtype`` (float16, bfloat16, float32, float64).
+
+    bfloat16 comes back as its uint16 bit patterns (CuPy has no bfloat16 dtype).
+    """
+    cp = _cupy()
+    f = get_format(fmt)
+    name = np.dtype(dtype).name if dtype != "bfloat16" else "bfloat16"
+    if name not in ("float16", "bfloat16", "float32", "float64"):
+        raise TypeError(f"cannot decode to {name}; known: float16, bfloat16, float32, float64")
+    c = _as_cupy(codes)
+    if c.dtype != cp.uint8:
+        raise TypeError(f"codes must be a uint8 CuPy array, not {c.dtype}")
+    flat = cp.ascontiguousarray(c).reshape(-1)
+    n = flat.size
+    table = f.decode_table(name)
+    nbytes = table.dtype.itemsize
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[nbytes]
+    out_dtype = cp.uint16 if name == "bfloat16" else cp.dtype(name)
+    out = cp.empty(n, out_dtype)
+    if n == 0:
+        return out.reshape(c.shape)
+    tab = _device_table(("dec", f.name, name), lambda: np.ascontiguousarray(table).view(bits))
+    k = _loader.kernel("codecs.cu", decode_instance(nbytes), _loader.format_defines(f))
+    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    grid = _grid(max(n // 16, 1), _THREADS, 4)
+    k((grid,), (_THREADS,), (flat, out, np.int64(n), np.int32(vec), tab))
+    return out.reshape(c.shape)
