@@ -166,7 +166,8 @@ def encode_array_vectorized(x, fmt, rounding=None, saturate=False, seed=None) ->
     f = get_format(fmt)
     mode = _check_mode(f, rounding)
     arr = np.asarray(x)
-    x64 = arr.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):  # signalling NaNs become quiet: same code
+        x64 = arr.astype(np.float64).reshape(-1)
     neg = np.signbit(x64)
     a = np.abs(x64)
     grid = np.array([float(v) for v in _grid(f)])
