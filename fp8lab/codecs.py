@@ -21,11 +21,21 @@ import numbers
 
 import numpy as np
 
-from . import _kernels as K
 from ._jit import PARALLEL_MIN
 from .formats import ROUNDING_MODES, Format, _float_dtype, get_format
 
 __all__ = ["encode", "decode", "resolve_rounding"]
+
+
+class _LazyKernels:
+    """The Numba kernel module, imported on first use (importing Numba costs ~0.4 s)."""
+
+    def __getattr__(self, name):
+        from . import _kernels
+        return getattr(_kernels, name)
+
+
+K = _LazyKernels()
 
 _ACCEPTED = "float64, float32, float16 or bfloat16"
 # (bits dtype, width W, significand bits P, exponent bias) of the generic encoder's inputs
