@@ -122,6 +122,7 @@ def check_codecs(rng, res):
     for f in fmts:
         for dt in ("float16", "bfloat16", "float32", "float64"):
             g = G.decode(codes, f, dtype=dt).get()
+            g = g.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[g.dtype.itemsize])
             c = fp8lab.decode(np.arange(256, dtype=np.uint8), f,
                               dtype=ml_dtypes.bfloat16 if dt == "bfloat16" else dt)
             c = c.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[c.dtype.itemsize])
@@ -191,8 +192,8 @@ def main(argv=None):
         if a.bench:
             bench_codecs(rng, res)
         if a.gemm:
-            import gpu_gemm_check
-            gpu_gemm_check.run(rng, res, log)
+            import gpu_gemm
+            gpu_gemm.run(rng, res, log)
     finally:
         with open(os.path.join(a.out, "gpu_check.json"), "w") as fh:
             json.dump(res, fh, indent=1, default=str)

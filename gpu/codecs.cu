@@ -1,9 +1,11 @@
 // Element-wise codecs: encode (float -> 8-bit code) and decode (code -> float).
 //
-// Mapping: grid-stride over chunks of 16 elements; each thread loads one chunk with 16-byte vector
-// loads (1, 2, 4 or 8 uint4 depending on the input width), encodes or decodes it, and stores it
-// with 16-byte stores. Elements past the last whole chunk (or all, when a pointer is not 16-byte
-// aligned: `vec` = 0) go through a scalar grid-stride tail. Element i of the flat C-order array is
+// Mapping: elements go in groups of 4 (one 32-bit word of codes). A block handles UNROLL * blockDim
+// groups per step, thread t taking groups t, t + blockDim, ... so that every load and store
+// instruction of a warp is contiguous (coalesced): encode reads 4 inputs (16 bytes of float32) and
+// writes one word; decode reads one word and writes 4 outputs (16 bytes of float32). Grid-stride.
+// Elements past the last whole step (or all, when a pointer is not 16-byte aligned: `vec` = 0) go
+// through a scalar grid-stride tail. Element i of the flat C-order array is
 // element i here too, so stochastic rounding draws the same random bits as the CPU.
 // Tables: the per-binade tables (FmtShared) and, for USE_LUT, the CPU's 2^17-entry float32 table
 // live in shared memory; decode's 256-entry output table too.
@@ -21,6 +23,9 @@ template <> struct Bits<KIND_F16> { typedef u16 T; };
 template <> struct Bits<KIND_BF16> { typedef u16 T; };
 
 __device__ __forceinline__ u32 f16_to_f32_bits(u16 h) {
+    // Inf/NaN by hand: cvt would canonicalize NaN and drop its sign (numpy keeps both)
+    if ((h & 0x7C00u) == 0x7C00u)
+        return ((u32)(h & 0x8000u) << 16) | 0x7F800000u | ((u32)(h & 0x3FFu) << 13);
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));  // exact
     return __float_as_uint(f);
@@ -46,11 +51,28 @@ __device__ __forceinline__ u8 encode_elem(typename Bits<KIND>::T b, const FmtSha
     }
 }
 
+#define UNROLL 4
+// 4 elements of a given width in one vector load / store
+struct U64x4 { ulonglong2 a, b; };
+template <int BYTES> struct Vec4 { typedef uint4 T; };     // 4 x 4 bytes
+template <> struct Vec4<2> { typedef uint2 T; };           // 4 x 2 bytes
+template <> struct Vec4<8> { typedef U64x4 T; };           // 4 x 8 bytes (two 16-byte accesses)
+__device__ __forceinline__ uint4 ldcs4(const uint4* p) { return __ldcs(p); }
+__device__ __forceinline__ uint2 ldcs4(const uint2* p) { return __ldcs(p); }
+__device__ __forceinline__ U64x4 ldcs4(const U64x4* p) {
+    const ulonglong2* q = reinterpret_cast<const ulonglong2*>(p);
+    U64x4 r; r.a = __ldcs(q); r.b = __ldcs(q + 1); return r;
+}
+__device__ __forceinline__ void stcs4(uint4* p, uint4 v) { __stcs(p, v); }
+__device__ __forceinline__ void stcs4(uint2* p, uint2 v) { __stcs(p, v); }
+__device__ __forceinline__ void stcs4(U64x4* p, U64x4 v) {
+    ulonglong2* q = reinterpret_cast<ulonglong2*>(p); __stcs(q, v.a); __stcs(q + 1, v.b);
+}
+
 template <int KIND, int MODE, bool SAT, bool USE_LUT>
 __global__ void __launch_bounds__(1024) fp8_encode(const void* __restrict__ x, u8* __restrict__ out,
                                                   i64 n, int vec, u64 key, const u8* __restrict__ lut) {
     typedef typename Bits<KIND>::T BT;
-    constexpr int NV = (int)sizeof(BT);  // uint4 loads per 16-element chunk
     __shared__ FmtShared t;
     extern __shared__ __align__(16) u8 lut_s[];
     fmt_load_shared(t);
@@ -61,27 +83,29 @@ __global__ void __launch_bounds__(1024) fp8_encode(const void* __restrict__ x, u
     }
     __syncthreads();
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 nchunk = vec ? n / 16 : 0;
-    const uint4* xv = reinterpret_cast<const uint4*>(x);
-    uint4* ov = reinterpret_cast<uint4*>(out);
-    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < nchunk; c += stride) {
-        union { uint4 v[NV]; BT b[16]; } buf;
+    const i64 step = (i64)UNROLL * blockDim.x;                 // groups of 4 per block step
+    const i64 nsteps = vec ? n / (4 * step) : 0;
+    const i64 nfull = nsteps * step * 4;                       // elements of the vector part
+    typedef typename Vec4<sizeof(BT)>::T V4;                   // 4 inputs in one load
+    const V4* xv = reinterpret_cast<const V4*>(x);
+    u32* ow = reinterpret_cast<u32*>(out);
+    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
+        const i64 g0 = st * step + threadIdx.x;
+        union { V4 v; BT b[4]; } buf[UNROLL];
 #pragma unroll
-        for (int j = 0; j < NV; j++) buf.v[j] = __ldcs(xv + c * NV + j);
-        u32 w[4];
+        for (int j = 0; j < UNROLL; j++) buf[j].v = ldcs4(xv + g0 + j * blockDim.x);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < UNROLL; j++) {
+            const i64 g = g0 + j * blockDim.x;
             u32 acc = 0;
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                acc |= (u32)encode_elem<KIND, MODE, SAT, USE_LUT>(buf.b[4 * j + k], t, lut_s, key,
-                                                                   c * 16 + 4 * j + k) << (8 * k);
-            w[j] = acc;
+                acc |= (u32)encode_elem<KIND, MODE, SAT, USE_LUT>(buf[j].b[k], t, lut_s, key, 4 * g + k) << (8 * k);
+            __stcs(ow + g, acc);
         }
-        __stcs(ov + c, make_uint4(w[0], w[1], w[2], w[3]));
     }
     const BT* xs = reinterpret_cast<const BT*>(x);
-    for (i64 i = nchunk * 16 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = encode_elem<KIND, MODE, SAT, USE_LUT>(xs[i], t, lut_s, key, i);
 }
 
@@ -95,24 +119,30 @@ template <int OUT_BYTES>
 __global__ void __launch_bounds__(1024) fp8_decode(const u8* __restrict__ codes, void* __restrict__ out,
                                                   i64 n, int vec, const void* __restrict__ table) {
     typedef typename OutBits<OUT_BYTES>::T OT;
-    constexpr int NV = OUT_BYTES;  // uint4 stores per 16 codes
     __shared__ OT tab[256];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab[i] = reinterpret_cast<const OT*>(table)[i];
     __syncthreads();
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 nchunk = vec ? n / 16 : 0;
-    const uint4* cv = reinterpret_cast<const uint4*>(codes);
-    uint4* ov = reinterpret_cast<uint4*>(out);
-    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < nchunk; c += stride) {
-        const uint4 in = __ldcs(cv + c);
-        const u32 w[4] = {in.x, in.y, in.z, in.w};
-        union { uint4 v[NV]; OT b[16]; } buf;
+    const i64 step = (i64)UNROLL * blockDim.x;
+    const i64 nsteps = vec ? n / (4 * step) : 0;
+    const i64 nfull = nsteps * step * 4;
+    typedef typename Vec4<OUT_BYTES>::T V4;
+    const u32* cw = reinterpret_cast<const u32*>(codes);
+    V4* ov = reinterpret_cast<V4*>(out);
+    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
+        const i64 g0 = st * step + threadIdx.x;
+        u32 w[UNROLL];
 #pragma unroll
-        for (int k = 0; k < 16; k++) buf.b[k] = tab[(w[k >> 2] >> (8 * (k & 3))) & 0xFFu];
+        for (int j = 0; j < UNROLL; j++) w[j] = __ldcs(cw + g0 + j * blockDim.x);
 #pragma unroll
-        for (int j = 0; j < NV; j++) __stcs(ov + c * NV + j, buf.v[j]);
+        for (int j = 0; j < UNROLL; j++) {
+            union { V4 v; OT b[4]; } buf;
+#pragma unroll
+            for (int k = 0; k < 4; k++) buf.b[k] = tab[(w[j] >> (8 * k)) & 0xFFu];
+            stcs4(ov + g0 + j * blockDim.x, buf.v);
+        }
     }
     OT* os = reinterpret_cast<OT*>(out);
-    for (i64 i = nchunk * 16 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         os[i] = tab[codes[i]];
 }

@@ -129,7 +129,7 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
         threads, per_sm = 1024, 1
     else:
         lut, smem, threads, per_sm = out, 0, _THREADS, 4
-    grid = _grid(max(n // 16, 1), threads, per_sm)
+    grid = max(1, min(n // (16 * threads), _sm_count() * per_sm))
     k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), key, lut), shared_mem=smem)
     return out.reshape(x.shape)
 
@@ -159,6 +159,6 @@ def decode(codes, fmt, *, dtype="float32"):
     tab = _device_table(("dec", f.name, name), lambda: np.ascontiguousarray(table).view(bits))
     k = _loader.kernel("codecs.cu", decode_instance(nbytes), _loader.format_defines(f))
     vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
-    grid = _grid(max(n // 16, 1), _THREADS, 4)
+    grid = max(1, min(n // (16 * _THREADS), _sm_count() * 4))
     k((grid,), (_THREADS,), (flat, out, np.int64(n), np.int32(vec), tab))
     return out.reshape(c.shape)

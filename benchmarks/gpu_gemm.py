@@ -1,0 +1,192 @@
+"""GEMM correctness and speed on the GPU (run on the H200; torch is a baseline only).
+
+    PYTHONPATH=. python3 benchmarks/gpu_gemm.py [--check] [--bench] [--small]
+
+--check: every format pair x layout x scaling x out dtype on ragged shapes, against a float64
+reference of the dequantized operands, elementwise bound from K; fresh random inputs; outputs
+poisoned with NaN first. --bench: the issue's shapes; fp8lab vs torch._scaled_mm (cuBLASLt, e4m3
+per-tensor) and cuBLAS fp16 (torch.matmul), TFLOPS and ratios, error vs float64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+PAIRS = [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"), ("hif8", "hif8"), ("hif8", "e4m3")]
+SHAPES = [(8192, 8192, 8192), (65536, 1024, 1024), (65536, 4096, 512), (16384, 512, 512),
+          (2048, 1024, 1024), (8192, 256, 256)]
+OUT_EPS = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+
+
+def _codes(cp, G, shape, fmt):
+    x = cp.random.standard_normal(shape, dtype=cp.float32)
+    return G.encode(x, fmt, saturate=True)
+
+
+def _dequant(cp, G, codes, fmt):
+    return G.decode(codes, fmt, dtype="float64")
+
+
+def _expand_scales(cp, scaling, sa, sb, M, N, K):
+    """Per-element scale matrices: A (M, K), B as (N, K)."""
+    if scaling == "tensor":
+        return cp.full((M, K), float(sa[0])), cp.full((N, K), float(sb[0]))
+    if scaling == "row_col":
+        return cp.repeat(sa.astype(cp.float64)[:, None], K, 1), cp.repeat(sb.astype(cp.float64)[:, None], K, 1)
+    SA = cp.repeat(sa.astype(cp.float64), 128, 1)[:, :K]
+    SB = cp.repeat(cp.repeat(sb.astype(cp.float64), 128, 0), 128, 1)[:N, :K]
+    return SA, SB
+
+
+def _make_scales(cp, scaling, M, N, K):
+    kb, nb = -(-K // 128), -(-N // 128)
+    r = lambda *s: cp.exp2(cp.random.randint(-3, 4, s)).astype(cp.float32) * \
+        cp.random.uniform(0.5, 1.0, s).astype(cp.float32)
+    if scaling == "tensor":
+        return r(1), r(1)
+    if scaling == "row_col":
+        return r(M), r(N)
+    return r(M, kb), r(nb, kb)
+
+
+def _to_f64(cp, c, out_dtype):
+    if out_dtype == "bfloat16":
+        return (c.astype(cp.uint32) << 16).view(cp.float32).astype(cp.float64)
+    return c.astype(cp.float64)
+
+
+def run_case(cp, G, gemm, fa, fb, M, N, K, layout, scaling, out_dtype):
+    a = _codes(cp, G, (M, K), fa)
+    bt = _codes(cp, G, (N, K), fb)
+    b = bt if layout == "nt" else cp.ascontiguousarray(bt.T)
+    sa, sb = _make_scales(cp, scaling, M, N, K)
+    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
+    out = cp.empty((M, N), odt)
+    out.view(cp.uint16 if out.dtype.itemsize == 2 else cp.uint32)[...] = 0x7FFF if out.dtype.itemsize == 2 else 0x7FC00000
+    gemm(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling, layout=layout, out_dtype=out_dtype, out=out)
+    c = _to_f64(cp, out, out_dtype)
+    SA, SB = _expand_scales(cp, scaling, sa, sb, M, N, K)
+    A64, B64 = _dequant(cp, G, a, fa) * SA, _dequant(cp, G, bt, fb) * SB
+    ref = A64 @ B64.T
+    absprod = cp.abs(A64) @ cp.abs(B64).T
+    bound = (K + 2) * 2.0 ** -24 * absprod + OUT_EPS[out_dtype] * cp.abs(ref) + 1e-300
+    err = cp.abs(c - ref)
+    nan = int(cp.isnan(c).sum())
+    over = int((err > bound).sum())
+    rel = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+    return nan, over, rel
+
+
+def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129))):
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import LAYOUTS, OUT_DTYPES, SCALINGS, gemm
+    bad = 0
+    n = 0
+    for (M, N, K) in shapes:
+        for fa, fb in PAIRS:
+            for layout in LAYOUTS:
+                for scaling in SCALINGS:
+                    for od in OUT_DTYPES:
+                        nan, over, rel = run_case(cp, G, gemm, fa, fb, M, N, K, layout, scaling, od)
+                        n += 1
+                        if nan or over:
+                            bad += 1
+                            log(f"FAIL {M}x{N}x{K} {fa}x{fb} {layout} {scaling} {od}: nan={nan} over_bound={over} rel={rel:.2e}")
+    log(f"gemm check: {n} cases, {bad} failures (shapes {list(shapes)})")
+    return bad
+
+
+def _timeit(cp, fn, reps=10):
+    for _ in range(2):
+        fn()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    return float(np.median(ts))
+
+
+def bench(log, shapes=SHAPES):
+    import cupy as cp
+    import torch
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm
+    rows = []
+    hdr = (f"{'M x N x K':>20s} {'e4m3 fp8lab':>11s} {'cuBLASLt':>9s} {'ratio':>6s} {'hif8 fp8lab':>11s} "
+           f"{'cuBLAS f16':>10s} {'ratio':>6s} {'err e4m3':>9s} {'err hif8':>9s} {'err cuBLASLt':>12s}")
+    for (M, N, K) in shapes:
+        fl = 2.0 * M * N * K
+        r = {"shape": (M, N, K)}
+        for fmt in ("e4m3", "hif8"):
+            a = _codes(cp, G, (M, K), fmt)
+            b = _codes(cp, G, (N, K), fmt)
+            out = cp.empty((M, N), cp.uint16)
+            t = _timeit(cp, lambda: gemm(a, b, fmt, scaling="tensor", out_dtype="bfloat16", out=out))
+            r[fmt] = fl / t / 1e12
+            c = _to_f64(cp, out, "bfloat16")
+            A64, B64 = _dequant(cp, G, a, fmt), _dequant(cp, G, b, fmt)
+            ref = A64 @ B64.T
+            r[f"err_{fmt}"] = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+            if fmt == "e4m3":
+                ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
+                tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
+                one = torch.ones((), device="cuda", dtype=torch.float32)
+                f = lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                r["cublaslt"] = fl / _timeit(cp, f) / 1e12
+                ct = cp.from_dlpack(f().float()).astype(cp.float64)
+                r["err_cublaslt"] = float(cp.linalg.norm(ct - ref) / cp.linalg.norm(ref))
+            else:
+                ha = torch.from_dlpack(A64.astype(cp.float16))
+                hb = torch.from_dlpack(B64.astype(cp.float16))
+                r["cublas_f16"] = fl / _timeit(cp, lambda: ha @ hb.t()) / 1e12
+            del a, b, out, c, A64, B64, ref
+            cp.get_default_memory_pool().free_all_blocks()
+        rows.append(r)
+        log(f"{M:>6d}x{N:>5d}x{K:>5d} {r['e4m3']:11.0f} {r['cublaslt']:9.0f} {r['e4m3'] / r['cublaslt']:6.2f} "
+            f"{r['hif8']:11.0f} {r['cublas_f16']:10.0f} {r['hif8'] / r['cublas_f16']:6.2f} "
+            f"{r['err_e4m3']:9.1e} {r['err_hif8']:9.1e} {r['err_cublaslt']:12.1e}")
+    log(hdr)
+    for r in rows:
+        M, N, K = r["shape"]
+        log(f"{M:>6d}x{N:>5d}x{K:>5d} {r['e4m3']:11.0f} {r['cublaslt']:9.0f} {r['e4m3'] / r['cublaslt']:6.2f} "
+            f"{r['hif8']:11.0f} {r['cublas_f16']:10.0f} {r['hif8'] / r['cublas_f16']:6.2f} "
+            f"{r['err_e4m3']:9.1e} {r['err_hif8']:9.1e} {r['err_cublaslt']:12.1e}")
+    return rows
+
+
+def run(rng, res, log):
+    res["gemm_check_failures"] = check(log)
+    res["gemm_bench"] = bench(log)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--small", action="store_true", help="one tiny case (for compute-sanitizer)")
+    a = ap.parse_args(argv)
+    import fp8lab.gpu
+    ok, why = fp8lab.gpu.available()
+    print("device:", why)
+    if not ok:
+        sys.exit(1)
+    if a.small:
+        bad = check(print, shapes=((70, 130, 200),))
+        sys.exit(1 if bad else 0)
+    if a.check:
+        check(print)
+    if a.bench:
+        bench(print)
+
+
+if __name__ == "__main__":
+    main()
