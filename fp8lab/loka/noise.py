@@ -15,7 +15,8 @@ Model (each step is a stated approximation):
 3. Accumulation. fp32 summation adds a relative variance ``u^2 K / 6`` (``u = 2^-24``).
 4. Reference. Row ``i`` of C has energy ``N m_i^2 + v_i`` (exact mean ``m_i = A_i . mean(B)``,
    diagonal approximation ``v_i`` of the rest).
-5. Following op. LayerNorm divides by the row's spread about its mean, so the relative error of
+5. Following op. LayerNorm removes the part of A's noise that multiplies B's column means (a row
+   offset: ``rho_A,i v_i`` replaces ``rho_A,i w_i``) and divides by the row's spread about its mean, so the relative error of
    row ``i`` becomes ``sqrt(E||dC_i||^2 (N-2)/N / v_i)``: a large common offset (``m_i`` large next to
    ``sqrt(v_i/N)``) amplifies it. RMSNorm: ``(N-1)/N`` over the full row energy. ReLU: as none.
 6. Row quantile. A measured row error is a ratio of two sums of ``N`` random terms (noise energy
@@ -166,6 +167,9 @@ def predict(site: Site, ss: SiteStats, cand: Candidate, *, margin: float = 1.0) 
     d_row = (rho_a + rb + rho_a * rb) * w + acc * ref_row
     follow = site.follow
     if follow == "layernorm":
+        # A's noise times B's column means is the same in every column of a row: an offset that
+        # LayerNorm removes. Only its product with B's spread about the means survives.
+        d_row = rho_a * v + (rb + rho_a * rb) * w + acc * ref_row
         den = v
         fac = max(n - 2, 1) / n
     elif follow == "rmsnorm":

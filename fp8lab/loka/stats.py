@@ -164,8 +164,10 @@ class OperandStats:
         return self.amax_history[-1] if self.amax_history else 0.0
 
     def history_amax(self, margin: float = 1.0) -> float:
-        """Max of the amax history times ``margin``: the delayed-scaling amax."""
-        return max(self.amax_history, default=0.0) * margin
+        """Max of the amax history before the latest batch, times ``margin``: the amax that
+        delayed scaling uses for the latest batch (its own amax when there is no history)."""
+        h = list(self.amax_history)[:-1] or list(self.amax_history)
+        return max(h, default=0.0) * margin
 
     def amax_jump(self) -> float:
         """Latest amax over the max of the previous history (inf when the history was all zero)."""
