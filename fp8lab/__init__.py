@@ -12,6 +12,8 @@ array([0.3125])
 
 from .codecs import decode, encode
 from .formats import ROUNDING_MODES, Format, FormatInfo, finfo, get_format, list_formats
+from .qtensor import QTensor, quantize
+from .scaling import DelayedScaling, Scaling
 
 __version__ = "0.1.0"
 
@@ -24,5 +26,9 @@ __all__ = [
     "Format",
     "FormatInfo",
     "ROUNDING_MODES",
+    "quantize",
+    "QTensor",
+    "Scaling",
+    "DelayedScaling",
     "__version__",
 ]
