@@ -93,6 +93,7 @@ class Problem:
 
     level: str
     message: str
+    exc: BaseException | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -127,58 +128,56 @@ def _numpy_dtype_name(dt: np.dtype) -> str | None:
     return None
 
 
-def _check_array(file: str, name: str, dt: np.dtype, shape: tuple) -> Problem | None:
+def _check_array(where: str, dt: np.dtype, shape: tuple) -> Problem | None:
+    """A Problem when an array (named ``where`` in messages) is not analysed, else None."""
     if dt.hasobject:
-        return Problem("error", f"{file}: {name}: refused: holds pickled Python objects "
+        return Problem("error", f"{where}: refused: holds pickled Python objects "
                                 "(fp8lab never unpickles)")
     if _numpy_dtype_name(dt) is None:
-        return Problem("note", f"{file}: {name}: skipped: dtype {dt.name} is not a float type "
+        return Problem("note", f"{where}: skipped: dtype {dt.name} is not a float type "
                                f"(analysed: {_ANALYSED})")
     if math.prod(shape) == 0:
-        return Problem("note", f"{file}: {name}: skipped: empty tensor (shape {tuple(shape)})")
+        return Problem("note", f"{where}: skipped: empty tensor (shape {tuple(shape)})")
     return None
 
 
 # ------------------------------------------------------------------------------------- .npy
 def _scan_npy(path: Path, file: str) -> Iterator[TensorRef | Problem]:
+    # Read only the header first: an object array is refused before NumPy sees its data.
     try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
-            yield Problem("error", f"{file}: refused: holds pickled Python objects "
-                                   "(fp8lab never unpickles)")
-        else:
-            yield Problem("error", f"{file}: not a valid .npy file: {_one_line(exc)}")
-        return
-    except (OSError, EOFError) as exc:
-        yield Problem("error", f"{file}: cannot read: {_one_line(exc)}")
+        with open(path, "rb") as fh:
+            dt, shape = _npy_header(fh)
+    except (ValueError, OSError, EOFError) as exc:
+        yield Problem("error", f"{file}: not a valid .npy file: {_one_line(exc)}", exc)
         return
     name = path.name
-    problem = _check_array(file, name, arr.dtype, arr.shape)
+    problem = _check_array(file, dt, shape)
     if problem:
         yield problem
         return
-    dtype = _numpy_dtype_name(arr.dtype)
-    shape = tuple(arr.shape)
-    del arr  # re-opened lazily: at most one tensor is mapped at a time
-    yield TensorRef(file, name, dtype, shape,
-                    lambda: np.load(path, mmap_mode="r", allow_pickle=False))
+    yield TensorRef(file, name, _numpy_dtype_name(dt), shape,
+                    functools.partial(np.load, path, mmap_mode="r", allow_pickle=False))
+
+
+def _npy_header(fh):
+    """(dtype, shape) from an open .npy stream, without reading the data."""
+    from numpy.lib import format as npformat
+
+    version = npformat.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = npformat.read_array_header_1_0(fh)
+    elif version in ((2, 0), (3, 0)):
+        shape, _, dtype = npformat.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    return dtype, tuple(shape)
 
 
 # ------------------------------------------------------------------------------------- .npz
 def _npz_member_header(zf: zipfile.ZipFile, member: str):
     """(dtype, shape) of a .npz member from its .npy header, without reading its data."""
-    from numpy.lib import format as npformat
-
     with zf.open(member) as fh:
-        version = npformat.read_magic(fh)
-        if version == (1, 0):
-            shape, _, dtype = npformat.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, _, dtype = npformat.read_array_header_2_0(fh)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-    return dtype, tuple(shape)
+        return _npy_header(fh)
 
 
 def _scan_npz(path: Path, file: str) -> Iterator[TensorRef | Problem]:
@@ -186,7 +185,7 @@ def _scan_npz(path: Path, file: str) -> Iterator[TensorRef | Problem]:
         zf = zipfile.ZipFile(path)
         members = [m for m in zf.namelist() if m.endswith(".npy")]
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        yield Problem("error", f"{file}: not a valid .npz file: {_one_line(exc)}")
+        yield Problem("error", f"{file}: not a valid .npz file: {_one_line(exc)}", exc)
         return
     with zf:
         if not members:
@@ -197,9 +196,10 @@ def _scan_npz(path: Path, file: str) -> Iterator[TensorRef | Problem]:
             try:
                 dt, shape = _npz_member_header(zf, member)
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-                yield Problem("error", f"{file}: {name}: not a valid array: {_one_line(exc)}")
+                yield Problem("error", f"{file}: {name}: not a valid array: {_one_line(exc)}",
+                              exc)
                 continue
-            problem = _check_array(file, name, dt, shape)
+            problem = _check_array(f"{file}: {name}", dt, shape)
             if problem:
                 yield problem
                 continue
@@ -291,10 +291,10 @@ def _scan_safetensors(path: Path, file: str) -> Iterator[TensorRef | Problem]:
     try:
         entries, data_start, _ = read_safetensors_header(path)
     except InputError as exc:
-        yield Problem("error", str(exc))
+        yield Problem("error", str(exc), exc)
         return
     except OSError as exc:
-        yield Problem("error", f"{file}: cannot read: {_one_line(exc)}")
+        yield Problem("error", f"{file}: cannot read: {_one_line(exc)}", exc)
         return
     if not entries:
         yield Problem("error", f"{file}: holds no tensors")

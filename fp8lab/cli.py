@@ -221,10 +221,11 @@ def _parse_value(text: str) -> float:
         return float(text)
     except ValueError:
         pass
-    try:
-        return float.fromhex(text)  # 0x1.8p3
-    except ValueError:
-        pass
+    if "0x" in text.lower():
+        try:
+            return float.fromhex(text)  # 0x1.8p3
+        except ValueError:
+            pass
     try:
         return float(Fraction(text))  # 1/3
     except (ValueError, ZeroDivisionError):
@@ -473,7 +474,10 @@ def analyze_tensor(x, formats, scalings, *, rounding=None, saturate=False, seed=
         except ValueError as exc:
             return NotApplicable(str(exc))
         try:
-            qt = quantize(x, fmt, scaling=sc, rounding=rounding, saturate=saturate, seed=seed)
+            # saturate is passed only when asked for, so that each recipe keeps its own
+            # default (MX clamps, as its specification says)
+            extra = {"saturate": True} if saturate else {}
+            qt = quantize(x, fmt, scaling=sc, rounding=rounding, seed=seed, **extra)
             return error_metrics(x, qt, fmt=fmt)
         except (ValueError, TypeError, ArithmeticError) as exc:
             return exc
@@ -538,6 +542,10 @@ def cmd_analyze(args) -> int:
             if e.level == "error":
                 n_errors += 1
                 _say("error", e.message)
+                if args.debug and e.exc is not None:
+                    import traceback
+
+                    traceback.print_exception(e.exc, file=sys.stderr)
             elif not quiet:
                 _say("note", e.message)
 
@@ -556,6 +564,8 @@ def cmd_analyze(args) -> int:
             try:
                 x = ref.load()
             except _io.InputError as exc:
+                if args.debug:
+                    raise
                 n_errors += 1
                 progress.say("error", str(exc))
                 progress.advance(ref.size)
