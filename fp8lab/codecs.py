@@ -169,6 +169,10 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
     -------
     numpy.ndarray of uint8, C-contiguous, with ``x``'s shape.
     """
+    if type(x).__module__.startswith("cupy"):  # CuPy array: the GPU codecs (same results)
+        from .gpu import codecs as gpu_codecs
+        return gpu_codecs.encode(x, fmt, rounding=rounding, saturate=saturate, seed=seed,
+                                 via_float32=via_float32)
     f = get_format(fmt)
     mode = resolve_rounding(f, rounding)
     _check_seed(seed, mode)
@@ -201,6 +205,9 @@ def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
     ``dtype``: float16, bfloat16 (needs ``ml_dtypes``), float32 or float64. Every value of every
     fp8lab format is exact in each of them. NaN codes give a quiet NaN (compare with ``isnan``).
     """
+    if type(codes).__module__.startswith("cupy"):  # CuPy array: the GPU codecs
+        from .gpu import codecs as gpu_codecs
+        return gpu_codecs.decode(codes, fmt, dtype=dtype)
     f = get_format(fmt)
     dt = _float_dtype(dtype)
     arr = _codes_array(codes)

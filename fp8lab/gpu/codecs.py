@@ -141,7 +141,7 @@ def decode(codes, fmt, *, dtype="float32"):
     """
     cp = _cupy()
     f = get_format(fmt)
-    name = np.dtype(dtype).name if dtype != "bfloat16" else "bfloat16"
+    name = "bfloat16" if str(getattr(dtype, "__name__", dtype)) == "bfloat16" else np.dtype(dtype).name
     if name not in ("float16", "bfloat16", "float32", "float64"):
         raise TypeError(f"cannot decode to {name}; known: float16, bfloat16, float32, float64")
     c = _as_cupy(codes)
