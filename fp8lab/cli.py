@@ -700,12 +700,15 @@ def _summary(records, tensors_info, formats, scalings, budget) -> str:
     out.append(f"\nrecommended (cheapest scaling meeting {_budget_text(budget)}; "
                "then the highest SQNR):\n")
     width = max(len(t["label"]) for t in tensors_info)
+    picks = [t["recommended"] for t in tensors_info if t["recommended"]]
+    fw = max([len(p["format"]) for p in picks], default=0)
+    sw = max([len(p["scaling"]) for p in picks], default=0)
     for t in tensors_info:
         rec = t["recommended"]
         if rec:
             r = next(r for r in records if r["label"] == t["label"] and r["recommended"])
-            out.append(f"  {t['label']:<{width}}  {rec['format']} {rec['scaling']}  "
-                       f"({r['sqnr_db']:.2f} dB)\n")
+            out.append(f"  {t['label']:<{width}}  {rec['format']:<{fw}}  {rec['scaling']:<{sw}}  "
+                       f"{_num_db(r['sqnr_db'])}\n")
         else:
             mine = [r for r in records if r["label"] == t["label"]]
             if mine:
