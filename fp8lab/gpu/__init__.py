@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["available", "encode", "decode", "gemm", "MIN_CC"]
+__all__ = ["available", "encode", "decode", "MIN_CC"]  # GEMM: fp8lab.gpu.gemm.gemm
 
 #: Compute capability the kernels are built for (sm_90a: wgmma, Hopper).
 MIN_CC = (9, 0)
@@ -48,7 +48,4 @@ def __getattr__(name):  # lazy: importing fp8lab.gpu never imports CuPy
     if name in ("encode", "decode"):
         from . import codecs
         return getattr(codecs, name)
-    if name == "gemm":
-        from .gemm import gemm
-        return gemm
     raise AttributeError(f"module 'fp8lab.gpu' has no attribute {name!r}")
