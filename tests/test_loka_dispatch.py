@@ -40,8 +40,8 @@ def test_registry_lists_gpu_kernels_with_reasons():
         if not ok:
             assert reason.startswith("unavailable: ") and len(reason) > len("unavailable: ")
     site = Site("s", 64, 64, 60)
-    assert "multiple of 16" in get_kernel("cupy-fp8-gemm").supports(site, E4T)
-    assert "format" in get_kernel("cupy-fp8-gemm").supports(site, Candidate("hif8", "hif8"))
+    assert "multiple of 8" in get_kernel("gpu-fp8-f16").supports(Site("s", 64, 64, 60), E4T)
+    assert "scaling mx" in get_kernel("gpu-fp8-f16").supports(Site("s", 64, 64, 64), Candidate("e4m3", "e4m3", "mx"))
     assert get_kernel("numpy-fp8-sim").supports(site, E4T) is None
 
 

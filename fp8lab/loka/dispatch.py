@@ -100,28 +100,55 @@ class Dispatcher:
         self.events: list[tuple[int, str, str]] = []
 
     # ------------------------------------------------------------------ timing
-    def _rng_operand(self, shape):
-        return np.random.default_rng(0).standard_normal(shape)
+    def _rng_operand(self, shape, device="cpu", dtype=np.float64):
+        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+        if device == "cuda":
+            import cupy
+
+            return cupy.asarray(x)
+        return x
+
+    def device_of(self, k: Kernel) -> str:
+        """Perf-database device key: this CPU, or the GPU as ``fp8lab.gpu`` describes it."""
+        if k.device == "cpu":
+            return self.device
+        from .kernels import gpu_status
+
+        ok, desc = gpu_status()
+        return f"cuda:{desc}" if ok else "cuda:absent"
 
     def gemm_time(self, k: Kernel, shape) -> float | None:
-        t = self.perfdb.get(k.name, shape, self.device)
-        if t is None and self.autotime and k.device == "cpu" and k.gemm is not None:
+        dev = self.device_of(k)
+        t = self.perfdb.get(k.name, shape, dev)
+        if t is None and self.autotime and k.gemm is not None and k.available()[0]:
             m, n, kk = bucket(shape)
-            dt = np.float64 if k.formats == ("high",) else np.float32
-            a = self._rng_operand((m, kk)).astype(dt)
-            b = self._rng_operand((n, kk)).astype(dt)
-            t = self.perfdb.measure(k.name, shape, self.device, lambda: k.gemm(a, b))
+            if k.formats == ("high",):
+                dt = np.float64 if k.device == "cpu" else np.float32
+                a = self._rng_operand((m, kk), k.device, dt)
+                b = self._rng_operand((n, kk), k.device, dt)
+            elif k.device == "cpu":
+                a = self._rng_operand((m, kk), dtype=np.float32)
+                b = self._rng_operand((n, kk), dtype=np.float32)
+            else:  # 8-bit codes on the GPU
+                import cupy
+
+                rng = cupy.random.default_rng(0)
+                a = rng.integers(0, 120, (m, kk), dtype=cupy.uint8)
+                b = rng.integers(0, 120, (n, kk), dtype=cupy.uint8)
+            t = self.perfdb.measure(k.name, shape, dev, lambda: k.gemm(a, b))
         return t
 
-    def cast_time(self, k: Kernel, cand: Candidate, rows: int, kk: int) -> float | None:
-        name = f"{k.name}:cast:{cand.fmt_a}:{cand.scaling}{':pow2' if cand.pow2 else ''}"
+    def cast_time(self, k: Kernel, cand: Candidate, rows: int, kk: int, fmt=None) -> float | None:
+        fmt = fmt or cand.fmt_a
+        name = f"{k.name}:cast:{fmt}:{cand.scaling}{':pow2' if cand.pow2 else ''}"
         shape = (rows, kk, 1)
-        t = self.perfdb.get(name, shape, self.device)
-        if t is None and self.autotime and k.device == "cpu" and k.cast is not None:
+        dev = self.device_of(k)
+        t = self.perfdb.get(name, shape, dev)
+        if t is None and self.autotime and k.cast is not None and k.available()[0]:
             r, c, _ = bucket(shape)
-            x = self._rng_operand((r, c)).astype(np.float32)
-            t = self.perfdb.measure(name, shape, self.device,
-                                    lambda: k.cast(x, cand.fmt_a, cand.scaling, cand.pow2))
+            x = self._rng_operand((r, c), k.device, np.float32)
+            t = self.perfdb.measure(name, shape, dev,
+                                    lambda: k.cast(x, fmt, cand.scaling, cand.pow2))
         return t
 
     # ------------------------------------------------------------------ options
@@ -156,10 +183,10 @@ class Dispatcher:
                     continue
                 o.gemm_s = g
                 if not cand.is_high and not k.fuses_cast:
-                    for role, rows in zip(site.roles, (site.m, site.n)):
+                    for role, rows, fmt in zip(site.roles, (site.m, site.n), (cand.fmt_a, cand.fmt_b)):
                         if role in site.cached:
                             continue
-                        c = self.cast_time(k, cand, rows, site.k)
+                        c = self.cast_time(k, cand, rows, site.k, fmt)
                         o.cast_s += c if c is not None else math.inf
                 if gated and not cand.is_high:
                     o.status, o.reason = "gated", gated

@@ -103,6 +103,44 @@ def _sim_cast(x, fmt, gran, pow2):
     return decode(encode(x / s, fmt, saturate=True), fmt) * s
 
 
+def _sync():
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _gpu_gemm(a, b):
+    """``a``, ``b``: CuPy uint8 codes (e4m3) at the bucket shape; per-tensor scales."""
+    from ..gpu.gemm import gemm
+
+    out = gemm(a, b, "e4m3", scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt")
+    _sync()
+    return out
+
+
+def _gpu_f32(a, b):
+    out = a @ b.T
+    _sync()
+    return out
+
+
+def _gpu_cast(x, fmt, gran, pow2):
+    """float32 CuPy operand -> amax -> scale -> codes (what a GPU pipeline pays per operand)."""
+    import cupy
+
+    from ..gpu import encode as gpu_encode
+
+    ax = cupy.abs(x)
+    amax = ax.max() if gran == "tensor" else ax.max(axis=1, keepdims=True)
+    fmax = float(__import__("fp8lab").finfo(fmt).max)
+    s = cupy.where(amax > 0, amax / fmax, 1.0).astype(cupy.float32)
+    if pow2:
+        s = cupy.exp2(cupy.ceil(cupy.log2(s)))
+    out = gpu_encode(x / s, fmt, saturate=True)
+    _sync()
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def registry() -> tuple[Kernel, ...]:
     """All kernels, CPU first."""
@@ -115,12 +153,13 @@ def registry() -> tuple[Kernel, ...]:
         Kernel("numpy-fp8-sim", "cpu", fmts, None,
                "8-bit operands decoded to float32, float32 GEMM (fp32 accumulation)",
                gemm=_f32_gemm, cast=_sim_cast),
-        Kernel("cupy-fp8-gemm", "cuda", ("e4m3", "e5m2"), ("tensor", "channel", "block:128"),
-               "FP8 tensor-core GEMM (CuPy RawModule), fp32 accumulation", align_k=16,
-               min_dim=16),
-        Kernel("cupy-hif8-fp16", "cuda", ("hif8",), ("tensor", "channel"),
-               "HiF8 decoded to fp16 inside the GEMM kernel", fuses_cast=True, align_k=8),
-        Kernel("cublas-bf16", "cuda", (HIGH,), None, "bf16 cuBLAS GEMM (high precision on GPU)"),
+        Kernel("gpu-fp8-f16", "cuda", fmts, ("tensor", "channel"),
+               "fp8lab.gpu.gemm.gemm: 8-bit codes decoded to fp16 in the kernel, fp16 tensor "
+               "cores, fp32 accumulation (its block recipe is 1x128 for A but 128x128 for B, "
+               "not LoKA's block:128)", align_k=8, min_dim=1,
+               gemm=_gpu_gemm, cast=_gpu_cast),
+        Kernel("cupy-f32", "cuda", (HIGH,), None, "float32 CuPy GEMM (high precision on GPU)",
+               gemm=_gpu_f32),
     )
 
 
