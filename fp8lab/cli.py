@@ -232,18 +232,20 @@ def _parse_value(text: str) -> float:
         raise UsageError(f"not a number: {text!r} (examples: 0.3, -1e6, 0x1.8p3, 1/3, inf, nan)")
 
 
-def _neighbours(fmt, x: float, code: int) -> tuple[str, str]:
+def _neighbours(fmt, x: float) -> tuple[str, str]:
     """The representable values just below and just above ``x`` (strictly, when x is one)."""
     if math.isnan(x):
         return "-", "-"
     pos = fmt.positive_values
     finite = [-v for v in reversed(pos)] + [Fraction(0)] + list(pos)
-    below = [v for v in finite if x == -math.inf or v < x] if not math.isinf(x) else []
-    above = [v for v in finite if v > x] if not math.isinf(x) else []
-    if math.isinf(x):
+    if math.isinf(x):  # the only neighbour of +inf is max (and of -inf, -max)
         below, above = ([finite[-1]], []) if x > 0 else ([], [finite[0]])
-    lo = _num(below[-1]) if below else ("-inf" if fmt.inf_codes else "-")
-    hi = _num(above[0]) if above else ("inf" if fmt.inf_codes else "-")
+    else:
+        below = [v for v in finite if v < x]
+        above = [v for v in finite if v > x]
+    # beyond +-max a finite input's next value out is the infinity, where the format has one
+    lo = _num(below[-1]) if below else ("-inf" if fmt.inf_codes and math.isfinite(x) else "-")
+    hi = _num(above[0]) if above else ("inf" if fmt.inf_codes and math.isfinite(x) else "-")
     return lo, hi
 
 
@@ -277,7 +279,7 @@ def cmd_encode(args) -> int:
         else:  # overflow to an infinity: the error is infinite
             err = d - x
             rel = err / abs(x) if x != 0 else math.inf
-        lo, hi = _neighbours(fmt, x, c)
+        lo, hi = _neighbours(fmt, x)
         rows.append({"input": text, "code": f"0x{c:02x}", "bits": fmt.fields[c],
                      "value": _num(d), "class": fmt.classes[c], "error": f"{err:.6g}",
                      "rel_error": f"{rel:.6g}", "below": lo, "above": hi})
@@ -514,11 +516,6 @@ def cmd_analyze(args) -> int:
     budget = parse_budget(args.budget)
     if args.rounding == "stochastic" and args.seed is None:
         raise UsageError("--rounding stochastic needs --seed N")
-    if args.rounding is not None:
-        from .formats import ROUNDING_MODES
-
-        if args.rounding not in ROUNDING_MODES:
-            raise UsageError(f"unknown rounding {args.rounding!r}")
     if args.plot:
         from . import _plots
 
