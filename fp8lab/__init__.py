@@ -14,6 +14,7 @@ from .codecs import decode, encode
 from .formats import ROUNDING_MODES, Format, FormatInfo, finfo, get_format, list_formats
 from .qtensor import QTensor, quantize
 from .scaling import DelayedScaling, Scaling
+from . import gemm, metrics
 
 __version__ = "0.1.0"
 
@@ -30,5 +31,7 @@ __all__ = [
     "QTensor",
     "Scaling",
     "DelayedScaling",
+    "gemm",
+    "metrics",
     "__version__",
 ]
