@@ -79,6 +79,12 @@ class FormatInfo:
     max_code, nan_codes, inf_codes, zero_codes : codes of these values.
     n_finite : int
         Number of distinct finite values (+0 and -0 count once).
+    scale_target : float
+        The largest value that still has the format's full mantissa width: the value a
+        max-scaling recipe maps a tensor's amax to. It is ``max`` for E4M3, E5M2 and the FNUZ
+        formats; for HiF8 it is 15 (1.875 * 2^3), the top of the 3-mantissa-bit region, since
+        mapping amax to 32768 would leave the largest values with a single mantissa bit
+        (about 12 dB less SQNR on Gaussian data).
     """
 
     name: str
@@ -93,6 +99,7 @@ class FormatInfo:
     n_finite: int
     has_negative_zero: bool
     has_inf: bool
+    scale_target: float
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -206,7 +213,14 @@ class Format:
                              if self.classes[c] in ("normal", "subnormal", "zero"))),
             has_negative_zero=self.has_negative_zero,
             has_inf=bool(self.inf_codes),
+            scale_target=float(self._scale_target()),
         )
+
+    def _scale_target(self) -> Fraction:
+        b = self.binades
+        widest = int(b.mbits.max())
+        e = max(e for e, m in zip(range(b.e_low, b.e_max + 1), b.mbits.tolist()) if m == widest)
+        return min(Fraction(2) ** (e + 1) - Fraction(2) ** (e - widest), self.max_value)
 
     @functools.lru_cache(maxsize=None)
     def decode_table(self, dtype="float32") -> np.ndarray:

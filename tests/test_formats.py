@@ -67,6 +67,9 @@ def test_finfo_derived_values():
         fi = fp8lab.finfo(name)
         assert (fi.max, fi.smallest_normal, fi.smallest_subnormal, fi.eps) == (mx, mn, sub, eps), name
         assert (fi.n_finite, fi.nan_codes, fi.inf_codes) == (nfin, nans, infs), name
+    # the top of the full-precision range: max, except HiF8 whose 3-bit region ends at 15
+    assert {n: fp8lab.finfo(n).scale_target for n in want} == {
+        "e4m3": 448, "e5m2": 57344, "e4m3fnuz": 240, "e5m2fnuz": 57344, "hif8": 15}
 
 
 def test_lookup_by_alias_and_errors():
