@@ -687,7 +687,8 @@ def _summary(records, tensors_info, formats, scalings, budget) -> str:
         row = {"tensor": r["label"], "format": r["format"], "scaling": r["scaling"]}
         for key, title, spec in _SUMMARY_COLUMNS:
             v = r.get(key)
-            row[title] = ("0" if v == 0 else _num(v) if not math.isfinite(v) else spec.format(v))
+            row[title] = ("-" if v is None else "0" if v == 0 else
+                          _num(v) if not math.isfinite(v) else spec.format(v))
         row["pick"] = "*" if r["recommended"] else ""
         rows.append(row)
     columns = ["tensor", "format", "scaling", *[t for _, t, _ in _SUMMARY_COLUMNS], "pick"]
@@ -797,6 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads analysing (format, scaling) pairs (default: CPU count)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar and no notes (errors are still shown)")
+    from .loka.cli import add_dispatch_parser, add_probe_parser  # LoKA: fp8lab probe / dispatch
+    add_probe_parser(sub), add_dispatch_parser(sub)
     return parser
 
 
@@ -814,6 +817,7 @@ def _rounding_modes():
 
 COMMANDS = {"formats": cmd_formats, "table": cmd_table, "encode": cmd_encode,
             "analyze": cmd_analyze, "analyse": cmd_analyze}
+COMMANDS.update(probe=lambda args: args.func(args), dispatch=lambda args: args.func(args))
 
 
 def main(argv: list[str] | None = None) -> int:
