@@ -120,10 +120,53 @@ def calibration(quick: bool) -> None:
         print(f"| {p_max} | {delta} | {n} | {n_sites} | {safe.sum()} | {bad:.4f} |")
 
 
+def gpu(quick: bool, perfdb_path=None) -> None:
+    """Measured GPU times of the registry's CUDA kernels at DLRM-DCNv2 shapes (batch 8192), with
+    the cast of both operands, and the Fast/Slow class against the fastest 16/32-bit GEMM."""
+    from fp8lab.loka import Candidate, Probe
+    from fp8lab.loka.dispatch import Dispatcher
+    from fp8lab.loka.kernels import gpu_status, registry
+    from fp8lab.loka.perfdb import PerfDB
+
+    ok, why = gpu_status()
+    if not ok:
+        print(f"no GPU: {why}")
+        return
+    print(f"device: {why}\n")
+    disp = Dispatcher(Probe([Candidate("e4m3", "e4m3", "tensor")]), PerfDB(perfdb_path))
+    shapes = [("bottom.0", 8192, 512, 13), ("bottom.1", 8192, 256, 512),
+              ("top.0", 8192, 1024, 3456), ("top.1", 8192, 1024, 1024), ("top.2", 8192, 512, 1024),
+              ("top.3", 8192, 256, 512), ("dcn", 8192, 512, 3456), ("tiny", 64, 64, 64),
+              ("big", 16384, 4096, 4096)]
+    ks = {k.name: k for k in registry() if k.device == "cuda"}
+    cand = Candidate("e4m3", "e4m3", "tensor")
+    print("| site | M x N x K | cupy-f32 | cupy-f16 | gpu-fp8-f16 GEMM | + casts (A, B) | "
+          "cached B | class |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, m, n, k in shapes:
+        site = Site(name, m, n, k)
+        t32 = disp.gemm_time(ks["cupy-f32"], site.shape)
+        t16 = disp.gemm_time(ks["cupy-f16"], site.shape)
+        why = ks["gpu-fp8-f16"].supports(site, cand)
+        if why:
+            print(f"| {name} | {m} x {n} x {k} | {t32 * 1e6:.0f} us | {t16 * 1e6:.0f} us | "
+                  f"unsupported: {why} | | | Slow |")
+            continue
+        t8 = disp.gemm_time(ks["gpu-fp8-f16"], site.shape)
+        ca = disp.cast_time(ks["gpu-fp8-f16"], cand, m, k)
+        cb = disp.cast_time(ks["gpu-fp8-f16"], cand, n, k)
+        high = min(t32, t16)
+        cls = "Fast" if t8 + ca + cb < high else ("Fast if B cached" if t8 + ca < high else "Slow")
+        print(f"| {name} | {m} x {n} x {k} | {t32 * 1e6:.0f} us | {t16 * 1e6:.0f} us | "
+              f"{t8 * 1e6:.0f} us | {(t8 + ca + cb) * 1e6:.0f} us | {(t8 + ca) * 1e6:.0f} us | {cls} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--section", choices=("overhead", "prediction", "calibration"), action="append")
+    ap.add_argument("--section", choices=("overhead", "prediction", "calibration", "gpu"),
+                    action="append")
+    ap.add_argument("--perfdb", help="perf database file for the gpu section")
     args = ap.parse_args()
     secs = args.section or ["overhead", "prediction", "calibration"]
     if "overhead" in secs:
@@ -139,6 +182,9 @@ def main() -> None:
     if "calibration" in secs:
         print("## Calibration of Safe\n")
         calibration(args.quick)
+    if "gpu" in (args.section or []):
+        print("## GPU kernel times (perf database entries)\n")
+        gpu(args.quick, args.perfdb)
 
 
 if __name__ == "__main__":

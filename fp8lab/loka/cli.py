@@ -118,6 +118,8 @@ def _write_json(path, data):
 def _guard(fn, args) -> int:
     try:
         return fn(args)
+    except BrokenPipeError:
+        raise  # the reader left (``| head``): the main CLI treats that as success
     except (ValueError, KeyError, FileNotFoundError, OSError) as exc:
         if getattr(args, "debug", False):
             raise

@@ -123,7 +123,8 @@ class Dispatcher:
         if t is None and self.autotime and k.gemm is not None and k.available()[0]:
             m, n, kk = bucket(shape)
             if k.formats == ("high",):
-                dt = np.float64 if k.device == "cpu" else np.float32
+                dt = np.float64 if k.device == "cpu" else (
+                    np.float16 if k.name.endswith("f16") else np.float32)
                 a = self._rng_operand((m, kk), k.device, dt)
                 b = self._rng_operand((n, kk), k.device, dt)
             elif k.device == "cpu":

@@ -160,6 +160,9 @@ def registry() -> tuple[Kernel, ...]:
                gemm=_gpu_gemm, cast=_gpu_cast),
         Kernel("cupy-f32", "cuda", (HIGH,), None, "float32 CuPy GEMM (high precision on GPU)",
                gemm=_gpu_f32),
+        Kernel("cupy-f16", "cuda", (HIGH,), None,
+               "float16 CuPy (cuBLAS) GEMM: the 16-bit baseline 8-bit kernels must beat",
+               gemm=_gpu_f32),
     )
 
 
