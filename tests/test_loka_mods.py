@@ -106,3 +106,28 @@ def test_precision_gating():
     assert gate(Site("x", 32, 32, 32)).startswith("tiny GEMM")
     assert "dimension below" in gate(Site("x", 8192, 8, 1024))
     assert gate(Site("x", 4096, 1024, 1024)) is None
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "hif8"])
+def test_emulated_recipes_match_fp8lab_quantize(fmt):
+    """LoKA measures with its own recipes; they are fp8lab's: power-of-two recipes agree bit for
+    bit, amax/fmax recipes differ only by fp8lab's float32 scale (same codes: a different code
+    would differ by at least 2^-4 relative, not 2^-22)."""
+    import fp8lab
+    from fp8lab.scaling import Scaling
+
+    x = np.random.default_rng(0).standard_normal((300, 300)) * 3  # awkward, non-multiple shape
+    recipes = [("tensor", "tensor"), ("channel", "channel"), ("block:128", "block:128"),
+               ("tile:128", "tile:128")] + ([("mx", "mx")] if fmt != "hif8" else [])
+    for g, spec in recipes:
+        for pow2 in ((True,) if g == "mx" else (False, True)):
+            ref = fp8lab.quantize(x, fmt, scaling=Scaling.parse(
+                spec + (",pow2" if pow2 and g != "mx" else ""))).dequantize()
+            got = fake_quant(x, fmt, g, pow2=pow2)
+            ref = np.asarray(ref, np.float64)
+            if pow2:
+                assert np.array_equal(got, ref), (g, pow2)
+            else:
+                assert np.array_equal(got == 0, ref == 0), g
+                nz = got != 0
+                assert np.max(np.abs(got - ref)[nz] / np.abs(got[nz])) < 2.0 ** -22, g
