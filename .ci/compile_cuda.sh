@@ -12,7 +12,7 @@ status=0
 for src in gpu/*.cu; do
   name=$(basename "$src")
   for fmt in $("$PY" -c "import fp8lab; print(' '.join(fp8lab.list_formats()))"); do
-    if [ "$name" = "gemm.cu" ] && [ "$fmt" != "e4m3" ]; then continue; fi  # format-independent
+    if { [ "$name" = "gemm.cu" ] || [ "$name" = "gemm_wgmma.cu" ]; } && [ "$fmt" != "e4m3" ]; then continue; fi  # format-independent
     "$PY" -m fp8lab.gpu._loader "$name" "$fmt" > "$tmp/$name"
     echo "== nvcc $name ($fmt)"
     if ! nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -Xptxas -v -cubin \

@@ -94,6 +94,7 @@ _INSTANCE_LISTS = {
     "codecs.cu": "fp8lab.gpu.codecs",
     "codec_check.cu": "fp8lab.gpu.check",
     "gemm.cu": "fp8lab.gpu.gemm",
+    "gemm_wgmma.cu": ("fp8lab.gpu.gemm", "_wg_instances"),
 }
 
 
@@ -105,8 +106,9 @@ def emit(file: str, fmt: str = "e4m3") -> str:
 
     from ..formats import get_format
 
-    mod = importlib.import_module(_INSTANCE_LISTS[file])
-    insts = mod._instances()
+    entry = _INSTANCE_LISTS[file]
+    modname, fn = entry if isinstance(entry, tuple) else (entry, "_instances")
+    insts = getattr(importlib.import_module(modname), fn)()
     head = "".join(f"#define {n} {v}\n" for n, v in format_defines(get_format(fmt)))
     tail = "void* fp8lab_instances[] = {\n" + "".join(f"    (void*)&{i},\n" for i in insts) + "};\n"
     return head + source(file) + tail

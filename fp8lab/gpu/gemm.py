@@ -1,8 +1,18 @@
-"""Scaled GEMMs of 8-bit operands on the GPU (CuPy raw kernels, ``gpu/gemm.cu``).
+"""Scaled GEMMs of 8-bit operands on the GPU (CuPy raw kernels, ``gpu/gemm_wgmma.cu``, ``gpu/gemm.cu``).
 
 ``C = (decode(A) * scale_a) @ (decode(B) * scale_b)`` with fp32 accumulation, for any pair of
-fp8lab formats (each operand is decoded in the kernel to fp16, where every fp8lab value is exact,
-and multiplied on fp16 tensor cores).
+fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the one that ran):
+
+- ``"wgmma-fp8"``: e4m3/e5m2 pairs on FP8 tensor cores (Hopper ``wgmma``, QGMMA), operands fed by
+  TMA into 128B-swizzled shared memory, the partial sum promoted into an fp32 accumulator every
+  128 K-elements. Rows whose byte stride is not a multiple of 16 are first copied into a padded
+  buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
+  call's time.
+- ``"wgmma-f16"``: any other format pair (hif8, the fnuz formats): both operands are decoded to
+  fp16 (exact for every fp8lab format) by the GPU codec, then multiplied by the same kernel on
+  fp16 tensor cores (HGMMA). The decode is counted in the call's time.
+- ``"mma"``: the first kernel (``gpu/gemm.cu``): in-kernel decode to fp16 and ``mma.sync``; any
+  format, shape and stride. Used when the device is not sm_90 or the wgmma path is refused.
 """
 
 from __future__ import annotations
@@ -13,13 +23,18 @@ from ..formats import get_format
 from . import _loader
 from .codecs import _as_cupy, _device_table
 
-__all__ = ["gemm", "SCALINGS", "LAYOUTS", "OUT_DTYPES"]
+__all__ = ["gemm", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
 
 SCALINGS = ("tensor", "row_col", "block")
 LAYOUTS = ("nt", "nn")
 OUT_DTYPES = ("float32", "bfloat16", "float16")
 BLOCK = 128
 _TILE = (128, 128)
+KERNELS = ("auto", "wgmma", "mma")
+_FP8_HW = {"e4m3": 0, "e5m2": 1}   # fp8lab formats whose codes are the hardware's FP8 types
+_STAGES = {1: 6, 2: 3}             # pipeline stages per element size (32 KB / 64 KB per stage)
+#: name of the kernel the last :func:`gemm` call ran ("wgmma-fp8", "wgmma-f16" or "mma")
+last_kernel = None
 
 
 def _instance(layout: str, scaling: str, out: str) -> str:
@@ -28,6 +43,128 @@ def _instance(layout: str, scaling: str, out: str) -> str:
 
 def _instances() -> list[str]:
     return [_instance(lay, s, o) for lay in LAYOUTS for s in SCALINGS for o in OUT_DTYPES]
+
+
+def _wg_instance(ta: int, tb: int, scaling: str, out: str) -> str:
+    return (f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
+            f"{_STAGES[2 if ta == 2 else 1]}>")
+
+
+def _wg_instances() -> list[str]:
+    pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
+    return [_wg_instance(ta, tb, s, o) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES] + \
+        ["transpose_u8"]
+
+
+# --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
+_tmap_cache: dict = {}
+_encode_fn = None
+
+
+def _encoder():
+    global _encode_fn
+    if _encode_fn is None:
+        import ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        f = lib.cuTensorMapEncodeTiled
+        f.restype = ctypes.c_int
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
+                      u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        _encode_fn = f
+    return _encode_fn
+
+
+def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int) -> bytes:
+    """128-byte CUtensorMap of a row-major (rows, cols) matrix of ``es``-byte elements: 2-D, box
+    (128 rows, 128 bytes), 128B swizzle, out-of-bounds elements read as zero."""
+    import ctypes
+    buf = ctypes.create_string_buffer(256)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(stride)
+    box = (ctypes.c_uint32 * 2)(128 // es, 128)
+    estr = (ctypes.c_uint32 * 2)(1, 1)
+    # data type UINT8 = 0 / UINT16 = 1, interleave none, swizzle 128B = 3, L2 promotion 256B = 3,
+    # OOB fill none (zeros)
+    r = _encoder()(ctypes.c_void_p(addr), 0 if es == 1 else 1, 2, ctypes.c_void_p(ptr), dims, strides,
+                   box, estr, 0, 3, 3, 0)
+    if r != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {r} "
+                           f"(rows={rows}, cols={cols}, stride={stride}, elem={es})")
+    return ctypes.string_at(addr, 128)
+
+
+def _tmaps(a, b, es):
+    """Device buffer holding A's and B's tensor maps; cached per (pointers, shapes, strides)."""
+    import cupy as cp
+    key = (cp.cuda.Device().id, a.data.ptr, a.shape, a.strides[0], b.data.ptr, b.shape, b.strides[0], es)
+    buf = _tmap_cache.get(key)
+    if buf is None:
+        host = _tmap_bytes(a.data.ptr, a.shape[0], a.shape[1], a.strides[0], es) + \
+            _tmap_bytes(b.data.ptr, b.shape[0], b.shape[1], b.strides[0], es)
+        buf = cp.asarray(np.frombuffer(host, np.uint8))
+        if len(_tmap_cache) > 256:
+            _tmap_cache.clear()
+        _tmap_cache[key] = buf
+    return buf
+
+
+def _k_major(x, es, cp):
+    """``x`` (rows, K) itself when TMA can read it (16-byte aligned base and row stride), else a
+    zero-padded copy with the row stride rounded up to 16 bytes."""
+    rows, K = x.shape
+    if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es:
+        return x
+    kp = -(-K * es // 16) * 16 // es
+    y = cp.zeros((rows, kp), x.dtype)
+    y[:, :K] = x
+    return y[:, :K]
+
+
+def _transpose(b, cp):
+    """(K, N) uint8 -> (N, K) uint8, K-major with a 16-byte row stride (one transpose kernel)."""
+    K, N = b.shape
+    kp = -(-K // 16) * 16
+    t = (cp.zeros if kp != K else cp.empty)((N, kp), cp.uint8)
+    k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
+    k((-(-N // 64), -(-K // 64)), (256,), (b, t, np.int32(K), np.int32(N), np.int32(b.strides[0]), np.int32(kp)))
+    return t[:, :K]
+
+
+def _wgmma_ok() -> bool:
+    import cupy as cp
+    return cp.cuda.Device().compute_capability == "90"
+
+
+def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
+    global last_kernel
+    from .codecs import decode
+    M, K = a.shape
+    fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
+    if fp8:
+        ta, tb, es = _FP8_HW[fa.name], _FP8_HW[fb.name], 1
+        bt = _transpose(b, cp) if layout == "nn" else b
+        a2, b2 = _k_major(a, 1, cp), _k_major(bt, 1, cp)
+    else:
+        ta = tb = 2
+        es = 2
+        da = decode(a, fa.name, dtype="float16")
+        db = decode(b, fb.name, dtype="float16")
+        if layout == "nn":
+            db = cp.ascontiguousarray(db.T)
+        a2, b2 = _k_major(da, 2, cp), _k_major(db, 2, cp)
+    N = b2.shape[0]
+    maps = _tmaps(a2, b2, es)
+    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
+    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
+    tiles = (-(-M // 128)) * (-(-N // 128))
+    k((tiles,), (384,), (maps, out, np.int32(M), np.int32(N), np.int32(K), np.int32(N), sa, sb, np.int32(kb)),
+      shared_mem=smem)
+    last_kernel = "wgmma-fp8" if fp8 else "wgmma-f16"
+    return out
 
 
 def _scale(s, shape, name):
@@ -41,7 +178,7 @@ def _scale(s, shape, name):
 
 
 def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt",
-         out_dtype="float32", out=None):
+         out_dtype="float32", out=None, kernel="auto"):
     """Scaled matrix product of 8-bit code matrices (CuPy uint8).
 
     Parameters
@@ -54,6 +191,8 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         for 128x128 blocks of B, in the (N, K) orientation whatever the layout). Block partial sums
         are promoted into the fp32 accumulator every 128 K-elements.
     out_dtype : "float32", "float16" or "bfloat16" (bfloat16 comes back as uint16 bit patterns).
+    kernel : "auto" (wgmma on sm_90, else mma.sync), "wgmma" or "mma". :data:`last_kernel` says
+        which ran.
 
     Returns
     -------
@@ -67,6 +206,8 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         raise ValueError(f"unknown scaling {scaling!r}; known: {', '.join(SCALINGS)}")
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; known: {', '.join(KERNELS)}")
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
     a, b = _as_cupy(a), _as_cupy(b)
@@ -91,12 +232,21 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         out = cp.empty((M, N), odt)
     elif out.shape != (M, N) or out.dtype != odt or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous ({M}, {N}) array of {odt}")
+    global last_kernel
     if M == 0 or N == 0:
+        last_kernel = None
         return out
+    if K == 0:
+        out[...] = 0
+        last_kernel = None
+        return out
+    if kernel == "wgmma" or (kernel == "auto" and _wgmma_ok()):
+        return _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp)
     ta = _device_table(("dec", fa.name, "float16"), lambda: np.ascontiguousarray(fa.decode_table("float16")).view(np.uint16))
     tb = _device_table(("dec", fb.name, "float16"), lambda: np.ascontiguousarray(fb.decode_table("float16")).view(np.uint16))
     k = _loader.kernel("gemm.cu", _instance(layout, scaling, out_dtype))
     grid = (-(-N // _TILE[1]), -(-M // _TILE[0]))
     k(grid, (256,), (a, b, out, np.int32(M), np.int32(N), np.int32(K), np.int32(a.strides[0]),
                      np.int32(b.strides[0]), np.int32(N), ta, tb, sa, sb, np.int32(kb)))
+    last_kernel = "mma"
     return out

@@ -1,0 +1,244 @@
+// Hopper (sm_90a) scaled GEMM on wgmma: C = A * B^T with both operands K-major.
+//
+//   FP8 pairs (e4m3/e5m2 x e4m3/e5m2): QGMMA  wgmma.m64n128k32.f32.<ta>.<tb>, operands straight from
+//   the codes. f16 (any other fp8lab format, decoded to fp16 beforehand, exact): HGMMA
+//   wgmma.m64n128k16.f32.f16.f16.
+//
+// CTA tile 128 x 128, K-tile 128 elements (one scale block: one promotion per K-tile).
+// 384 threads: warpgroup 0 = producer (one thread issues TMA loads of A and B tiles into an
+// ST-stage ring of 128B-swizzled shared memory, mbarrier full/empty per stage), warpgroups 1 and
+// 2 = consumers, each owning 64 rows x 128 columns. Per K-tile a consumer issues 4 (fp8) or 8 (f16)
+// wgmma into a partial fp32 accumulator (the first with scale-d = 0), waits, releases the stage
+// and promotes: acc += partial (tensor, row_col) or acc += partial * sa[m, kb] * sb[nb, kb]
+// (block). This bounds what the reduced-precision FP8 tensor-core accumulation can lose to one
+// 128-element block. Ragged M, N, K: TMA fills out-of-bounds elements with zeros; the epilogue
+// stores in bounds only. Tensor maps (2-D, 128B swizzle) are built on the host and passed in
+// global memory (A's at tmaps[0..127], B's at tmaps[128..255]).
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define WG_BM 128
+#define WG_BN 128
+#define WG_BK 128
+#define WG_THREADS 384
+#ifndef WG_GROUP_M
+#define WG_GROUP_M 16
+#endif
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 ok;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    } while (!ok);
+}
+__device__ __forceinline__ void tma_load_2d(u32 dst, u64 tmap, int x, int y, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+// Shared-memory matrix descriptor: K-major, 128B swizzle, 8-row core-matrix groups 1024 B apart.
+__device__ __forceinline__ u64 wg_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+#define WG_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define WG_OPS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WG_MMA(SHAPE_TYPES, TAIL)                                                               \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                 \
+                 " wgmma.mma_async.sync.aligned." SHAPE_TYPES " " WG_REGS ", %64, %65, p, 1, 1" \
+                 TAIL ";\n}\n"                                                                  \
+                 : WG_OPS : "l"(da), "l"(db), "r"(scale_d))
+
+// T: 0 e4m3, 1 e5m2, 2 f16 (then both are f16)
+template <int TA, int TB>
+__device__ __forceinline__ void wg_mma(float* d, u64 da, u64 db, int scale_d) {
+    if constexpr (TA == 2) WG_MMA("m64n128k16.f32.f16.f16", ", 0, 0");
+    else if constexpr (TA == 0 && TB == 0) WG_MMA("m64n128k32.f32.e4m3.e4m3", "");
+    else if constexpr (TA == 1 && TB == 0) WG_MMA("m64n128k32.f32.e5m2.e4m3", "");
+    else if constexpr (TA == 0 && TB == 1) WG_MMA("m64n128k32.f32.e4m3.e5m2", "");
+    else WG_MMA("m64n128k32.f32.e5m2.e5m2", "");
+}
+
+__device__ __forceinline__ u16 wg_out16(float x, int bf) {
+    u16 h;
+    if (bf) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    else asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}
+
+template <int TA, int TB, int SCALE, int OUT, int ST>
+__global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
+        const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
+        const float* __restrict__ sa, const float* __restrict__ sb, int kblocks) {
+    constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
+    constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
+    constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
+    constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+    constexpr int STEPS = 4 * ES;                     // wgmma per K-tile (32 B of K each)
+    extern __shared__ u8 dsm[];
+    __shared__ __align__(8) u64 full_bar[ST], empty_bar[ST];
+    u8* smem = reinterpret_cast<u8*>((reinterpret_cast<size_t>(dsm) + 1023) & ~(size_t)1023);
+    const u32 sbase = smem_u32(smem);
+
+    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int bid = blockIdx.x, per_group = WG_GROUP_M * tiles_n;
+    const int first_m = (bid / per_group) * WG_GROUP_M;
+    const int gsz = min(tiles_m - first_m, WG_GROUP_M);
+    const int tm = first_m + (bid % per_group) % gsz, tn = (bid % per_group) / gsz;
+    const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+    const int ktiles = (K + WG_BK - 1) / WG_BK;
+    const int wg = threadIdx.x >> 7;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) {
+            mbar_init(smem_u32(&full_bar[s]), 1);
+            mbar_init(smem_u32(&empty_bar[s]), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer
+        if (threadIdx.x == 0) {
+            const u64 ta = reinterpret_cast<u64>(tmaps), tb = reinterpret_cast<u64>(tmaps + 128);
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(ta) : "memory");
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
+            for (int kt = 0; kt < ktiles; kt++) {
+                const int s = kt % ST;
+                if (kt >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((kt / ST) - 1) & 1);
+                const u32 fb = smem_u32(&full_bar[s]);
+                mbar_expect_tx(fb, STAGE_BYTES);
+                const u32 dA = sbase + s * STAGE_BYTES, dB = dA + TILE_BYTES;
+#pragma unroll
+                for (int a = 0; a < ES; a++) {
+                    const int x = kt * WG_BK + a * (WG_BK / ES);
+                    tma_load_2d(dA + a * ATOM, ta, x, m0, fb);
+                    tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
+                }
+            }
+        }
+        return;
+    }
+
+    // consumers
+    const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    float acc[64], part[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+    const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int s = kt % ST;
+        float s0 = 1.f, s1 = 1.f;
+        if (SCALE == 2) {
+            const float b = sb[(size_t)tn * kblocks + kt];
+            s0 = (r0 < M ? sa[(size_t)r0 * kblocks + kt] : 0.f) * b;
+            s1 = (r1 < M ? sa[(size_t)r1 * kblocks + kt] : 0.f) * b;
+        }
+        mbar_wait(smem_u32(&full_bar[s]), (kt / ST) & 1);
+        const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < STEPS; k++) {
+            const u32 off = (k >> 2) * ATOM + (k & 3) * 32;
+            wg_mma<TA, TB>(part, wg_desc(aT + off), wg_desc(bT + off), k > 0);
+        }
+        wg_commit();
+        wg_wait0();
+        if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (SCALE == 2) {
+                acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+                acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[4 * j + e] += part[4 * j + e];
+            }
+        }
+    }
+
+    // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
+    const float st = SCALE == 0 ? sa[0] * sb[0] : 1.f;
+    const float ra0 = SCALE == 1 && r0 < M ? sa[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sa[r1] : 1.f;
+    const bool pair_ok = (ldc & 1) == 0;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int c = n0 + 8 * j + 2 * (lane & 3);
+        if (c >= N) continue;
+        const bool two = c + 1 < N;
+        float cb0 = 1.f, cb1 = 1.f;
+        if (SCALE == 1) { cb0 = sb[c]; cb1 = two ? sb[c + 1] : 1.f; }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = h ? r1 : r0;
+            if (r >= M) continue;
+            float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if (SCALE == 0) { v0 *= st; v1 *= st; }
+            else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
+            const size_t o = (size_t)r * ldc + c;
+            if (OUT == 0) {
+                float* p = reinterpret_cast<float*>(C) + o;
+                if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+                else { p[0] = v0; if (two) p[1] = v1; }
+            } else {
+                u16* p = reinterpret_cast<u16*>(C) + o;
+                const u16 h0 = wg_out16(v0, OUT == 1), h1 = wg_out16(v1, OUT == 1);
+                if (two && pair_ok) *reinterpret_cast<u32*>(p) = (u32)h0 | ((u32)h1 << 16);
+                else { p[0] = h0; if (two) p[1] = h1; }
+            }
+        }
+    }
+}
+
+// B (K x N, row-major, ldb) -> Bt (N x ldt, row-major): Bt[n, k] = B[k, n]; 64 x 64 byte tiles.
+__global__ void __launch_bounds__(256) transpose_u8(const u8* __restrict__ B, u8* __restrict__ Bt,
+                                                    int K, int N, int ldb, int ldt) {
+    __shared__ u8 tile[64][65];
+    const int k0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;   // 16 x 16 threads, 4 bytes each
+    const bool vec = (ldb & 3) == 0 && ((size_t)B & 3) == 0;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const int k = k0 + ty + 16 * p, n = n0 + 4 * tx;
+        u32 w = 0;
+        if (k < K) {
+            if (vec && n + 3 < N) w = *reinterpret_cast<const u32*>(B + (size_t)k * ldb + n);
+            else for (int i = 0; i < 4; i++) if (n + i < N) w |= (u32)B[(size_t)k * ldb + n + i] << (8 * i);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) tile[ty + 16 * p][4 * tx + i] = (u8)(w >> (8 * i));
+    }
+    __syncthreads();
+    const bool vecw = (ldt & 3) == 0 && ((size_t)Bt & 3) == 0;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const int n = n0 + ty + 16 * p, k = k0 + 4 * tx;
+        if (n >= N) continue;
+        u32 w = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) w |= (u32)tile[4 * tx + i][ty + 16 * p] << (8 * i);
+        if (vecw && k + 3 < K) *reinterpret_cast<u32*>(Bt + (size_t)n * ldt + k) = w;
+        else for (int i = 0; i < 4; i++) if (k + i < K) Bt[(size_t)n * ldt + k + i] = (u8)(w >> (8 * i));
+    }
+}
