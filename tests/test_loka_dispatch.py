@@ -226,3 +226,42 @@ def test_cli_subprocess(tmp_path):
                        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["layer2"]["candidates"]["e4m3/e4m3:channel"]["class"] == "Unsafe"
+
+
+def test_refresh_triggers_on_nan_and_saturation_burst():
+    rng = np.random.default_rng(6)
+    site = Site("t", 64, 64, 64)
+    dl = Candidate("e4m3", "e4m3", "tensor", delayed=True)
+    probe = Probe([Candidate("high", "high"), dl], tau=0.1)
+    pol = RefreshPolicy(jump=1e9, sat_burst=1e-3)  # amax jumps alone never trigger here
+    b = rng.standard_normal((64, 64))
+    for _ in range(3):
+        probe.observe(site, rng.standard_normal((64, 64)), b)
+    assert pol.triggers(probe, "t", dl.label) == []
+    a = rng.standard_normal((64, 64))
+    a[3, 5] = np.nan
+    probe.observe(site, a, b)
+    assert any("NaN" in t for t in pol.triggers(probe, "t", dl.label))
+    assert pol.triggers(probe, "t", dl.label) == []  # the same NaN is reported once
+    probe.observe(site, 3 * rng.standard_normal((64, 64)), b)  # the history scale is now too small
+    assert any("saturation burst" in t for t in pol.triggers(probe, "t", dl.label))
+
+
+def test_prediction_prior_shortens_certification():
+    """With the noise model's prior, a site predicted far inside the budget certifies in fewer
+    measured batches; one predicted over budget starts Unsafe and needs the evidence."""
+    rng = np.random.default_rng(7)
+    site = Site("p", 64, 64, 64)
+    c = Candidate("e4m3", "e4m3", "channel")
+
+    def trials_to_safe(prior_weight, tau):
+        probe = Probe([c], tau=tau, p_max=0.05, delta=0.05, forget=1.0, prior_weight=prior_weight)
+        for i in range(1, 100):
+            probe.observe(site, rng.standard_normal((64, 64)), rng.standard_normal((64, 64)))
+            if probe.report("p")[c.label]["safe"]:
+                return i
+        return None
+
+    assert trials_to_safe(0, 0.1) == 58
+    assert trials_to_safe(30, 0.1) < 58           # predicted ~0.037 against a budget of 0.1
+    assert trials_to_safe(30, 0.03) is None       # measured ~0.037 > 0.03: never Safe
