@@ -186,7 +186,9 @@ def error_metrics(reference, qt_or_approx, *, fmt=None) -> ErrorMetrics:
         re = np.sqrt(np.sum(rows_e * rows_e, axis=1))
         row_err = np.where(rx > 0, re / np.where(rx > 0, rx, 1.0), np.where(re > 0, np.inf, 0.0))
     if row_err.size:
-        p50, p90, p99 = (float(v) for v in np.percentile(row_err, [50, 90, 99]))
+        with np.errstate(invalid="ignore"):  # inf - inf while interpolating between inf rows
+            pct = np.percentile(row_err, [50, 90, 99])
+        p50, p90, p99 = (math.inf if math.isnan(v) else float(v) for v in pct)
     else:
         p50 = p90 = p99 = 0.0
     overflow = _ratio(float((~yfinite).sum()), n)
