@@ -106,8 +106,21 @@ def _table(smap: dict) -> str:
     return "\n".join(lines)
 
 
+def _finite(x):
+    """JSON has no NaN or Infinity: non-finite numbers (no measurement, no time) become null."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item"):  # numpy scalars
+        return _finite(x.item())
+    return x
+
+
 def _write_json(path, data):
-    text = json.dumps(data, indent=1, default=float, allow_nan=True)
+    text = json.dumps(_finite(data), indent=1, allow_nan=False)
     if path == "-":
         print(text)
     else:

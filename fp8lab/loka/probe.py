@@ -183,9 +183,10 @@ class Probe:
             out[c.label] = {
                 "predicted": pred.to_dict() if pred else None,
                 "measured": meas.to_dict() if meas else None,
-                "p_unsafe": post.p_unsafe,
+                # the model's own precision is the reference: Safe by definition
+                "p_unsafe": 0.0 if c.is_high else post.p_unsafe,
                 "trials": post.trials,
                 "failures": post.fail,
-                "safe": post.safe,
+                "safe": True if c.is_high else post.safe,
             }
         return out
