@@ -155,3 +155,24 @@ def test_posterior_closed_form_and_forgetting():
         q.observe(False)
     assert not q.safe
     assert math.isclose(q.p_unsafe, special.betaincc(1, 1 + q.ok, 0.05))
+
+
+def test_probe_accepts_device_arrays():
+    """CuPy operands (anything with .get() to the host) give the same numbers as numpy ones."""
+
+    class Dev:
+        def __init__(self, a):
+            self.a = a
+
+        def get(self):
+            return self.a
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((32, 64)), rng.standard_normal((16, 64))
+    site = Site("dev", 32, 16, 64, follow="rmsnorm")
+    reps = []
+    for wrap in (lambda x: x, Dev):
+        probe = Probe([Candidate("e5m2", "e5m2", "block:128")], stats_kw={"seed": 1})
+        probe.observe(site, wrap(a), wrap(b))
+        reps.append(probe.report("dev"))
+    assert reps[0] == reps[1]
