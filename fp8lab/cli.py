@@ -732,7 +732,7 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d[\d_]*\.?\d*|\.\d+)(e[+-]?\d+)?$|^-(inf|inf
                               r"^-0x[0-9a-f.]+p[+-]?\d+$|^-\d+/\d+$", re.IGNORECASE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an error")
@@ -798,9 +798,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads analysing (format, scaling) pairs (default: CPU count)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar and no notes (errors are still shown)")
-    from .loka.cli import add_dispatch_parser, add_probe_parser  # LoKA: fp8lab probe / dispatch
-    add_probe_parser(sub), add_dispatch_parser(sub)
+    # LoKA's commands (fp8lab probe / dispatch) live in fp8lab.loka.cli. Importing that package
+    # takes seconds, so only those commands pay for it; the others list them in --help only.
+    if _command_of(argv) in _LOKA_COMMANDS:
+        from .loka.cli import add_dispatch_parser, add_probe_parser
+
+        add_probe_parser(sub), add_dispatch_parser(sub)
+    else:
+        for name, text in _LOKA_COMMANDS.items():
+            sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+_LOKA_COMMANDS = {"probe": "safety map of a recorded dump of GEMM sites (LoKA)",
+                  "dispatch": "kernel choice per site of a recorded dump (LoKA)"}
+
+
+def _command_of(argv) -> str | None:
+    """The subcommand named in ``argv`` (default ``sys.argv[1:]``): its first non-option word."""
+    for a in sys.argv[1:] if argv is None else argv:
+        if not a.startswith("-"):
+            return a
+    return None
 
 
 def _version() -> str:
@@ -822,7 +841,7 @@ COMMANDS.update(probe=lambda args: args.func(args), dispatch=lambda args: args.f
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failure, 2 usage)."""
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)  # exits with status 2 on a usage error
     if args.command is None:
         parser.print_help(sys.stderr)
