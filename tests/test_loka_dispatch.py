@@ -34,14 +34,17 @@ def test_registry_lists_gpu_kernels_with_reasons():
     gpu = [k for k in registry() if k.device == "cuda"]
     assert gpu
     ok, why = gpu_status()
+    site = Site("s", 64, 64, 60)
     for k in gpu:
         avail, reason = k.available()
         assert avail == ok
         if not ok:
             assert reason.startswith("unavailable: ") and len(reason) > len("unavailable: ")
     site = Site("s", 64, 64, 60)
-    assert "multiple of 8" in get_kernel("gpu-fp8-f16").supports(Site("s", 64, 64, 60), E4T)
-    assert "scaling mx" in get_kernel("gpu-fp8-f16").supports(Site("s", 64, 64, 64), Candidate("e4m3", "e4m3", "mx"))
+    hif = Candidate("hif8", "hif8", "tensor")
+    assert "format hif8 not supported" in get_kernel("gpu-wgmma-fp8").supports(site, hif)
+    assert get_kernel("gpu-wgmma-f16").supports(site, hif) is None
+    assert "scaling mx" in get_kernel("gpu-wgmma-fp8").supports(Site("s", 64, 64, 64), Candidate("e4m3", "e4m3", "mx"))
     assert get_kernel("numpy-fp8-sim").supports(site, E4T) is None
 
 

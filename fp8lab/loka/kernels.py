@@ -109,11 +109,11 @@ def _sync():
     cupy.cuda.Device().synchronize()
 
 
-def _gpu_gemm(a, b):
-    """``a``, ``b``: CuPy uint8 codes (e4m3) at the bucket shape; per-tensor scales."""
+def _gpu_gemm(a, b, *, kernel, fmt):
+    """``a``, ``b``: CuPy uint8 codes at the bucket shape; per-tensor scales."""
     from ..gpu.gemm import gemm
 
-    out = gemm(a, b, "e4m3", scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt")
+    out = gemm(a, b, fmt, scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt", kernel=kernel)
     _sync()
     return out
 
@@ -153,11 +153,18 @@ def registry() -> tuple[Kernel, ...]:
         Kernel("numpy-fp8-sim", "cpu", fmts, None,
                "8-bit operands decoded to float32, float32 GEMM (fp32 accumulation)",
                gemm=_f32_gemm, cast=_sim_cast),
-        Kernel("gpu-fp8-f16", "cuda", fmts, ("tensor", "channel"),
-               "fp8lab.gpu.gemm.gemm: 8-bit codes decoded to fp16 in the kernel, fp16 tensor "
-               "cores, fp32 accumulation (its block recipe is 1x128 for A but 128x128 for B, "
-               "not LoKA's block:128)", align_k=8, min_dim=1,
-               gemm=_gpu_gemm, cast=_gpu_cast),
+        Kernel("gpu-wgmma-fp8", "cuda", ("e4m3", "e5m2"), ("tensor", "channel"),
+               "fp8lab.gpu.gemm kernel='wgmma-fp8': FP8 tensor cores (Hopper wgmma), fp32 "
+               "promotion every 128 K (its block recipe is 1x128 for A but 128x128 for B, not "
+               "LoKA's block:128)", gemm=functools.partial(_gpu_gemm, kernel="wgmma-fp8",
+                                                           fmt="e4m3"), cast=_gpu_cast),
+        Kernel("gpu-wgmma-f16", "cuda", tuple(f for f in fmts if f not in ("e4m3", "e5m2")),
+               ("tensor", "channel"),
+               "fp8lab.gpu.gemm kernel='wgmma-f16': operands decoded to fp16, fp16 tensor cores",
+               gemm=functools.partial(_gpu_gemm, kernel="wgmma-f16", fmt="hif8"), cast=_gpu_cast),
+        Kernel("gpu-mma-f16", "cuda", fmts, ("tensor", "channel"),
+               "fp8lab.gpu.gemm kernel='mma': in-kernel decode to fp16, mma.sync (any device)",
+               gemm=functools.partial(_gpu_gemm, kernel="mma", fmt="e4m3"), cast=_gpu_cast),
         Kernel("cupy-f32", "cuda", (HIGH,), None, "float32 CuPy GEMM (high precision on GPU)",
                gemm=_gpu_f32),
         Kernel("cupy-f16", "cuda", (HIGH,), None,
