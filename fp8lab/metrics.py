@@ -166,7 +166,9 @@ def error_metrics(reference, qt_or_approx, *, fmt=None) -> ErrorMetrics:
     elif not math.isfinite(ny):
         cosine = math.nan
     else:
-        cosine = dot / (nx * ny)
+        den = sig * ny * ny
+        den = math.sqrt(den) if math.isfinite(den) and den > 0 else nx * ny
+        cosine = max(-1.0, min(1.0, dot / den))
     max_abs = float(ae.max()) if n else 0.0
     nz = xs != 0
     max_rel = float((ae[nz] / np.abs(xs[nz])).max()) if nz.any() else 0.0

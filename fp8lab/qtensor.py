@@ -92,7 +92,8 @@ def round_from_float64(x64: np.ndarray, dtype) -> np.ndarray:
     dt = _float_dtype(dtype)
     if dt == np.float64:
         return x64
-    f = x64.astype(np.float32)
+    with np.errstate(over="ignore"):
+        f = x64.astype(np.float32)
     if dt == np.float32:
         return f
     back = f.astype(np.float64)
@@ -102,7 +103,8 @@ def round_from_float64(x64: np.ndarray, dtype) -> np.ndarray:
     bits = f.view(np.uint32)
     bits = np.where(over, bits - np.uint32(1), bits)
     bits = np.where(inexact, bits | np.uint32(1), bits)
-    return bits.view(np.float32).astype(dt)
+    with np.errstate(over="ignore"):  # overflow to +-Inf is the correct rounding
+        return bits.view(np.float32).astype(dt)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
