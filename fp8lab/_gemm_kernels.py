@@ -51,6 +51,8 @@ def fma32(p, s, c):
     """fl32(p * s + c) rounded once (p, s, c float32 values; p * s is exact in float64)."""
     prod = np.float64(p) * np.float64(s)
     t, err = two_sum(np.float64(c), prod)
+    if err == 0.0:
+        return np.float32(t)  # the sum is exact in float64: one rounding
     if not math.isfinite(t):
         return np.float32(np.float64(c) + prod)
     return np.float32(round_odd(t, err))
@@ -89,6 +91,7 @@ def _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, neares
     acc = np.zeros((MB, NT), np.float32)
     accd = np.zeros((MB, NT), np.float64)
     main = np.zeros((MB, NT), np.float32)
+    sbj = np.zeros(NT, np.float32)
     for n0 in range(0, N, NT):
         n1 = min(N, n0 + NT)
         nn = n1 - n0
@@ -99,10 +102,12 @@ def _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, neares
             if amb < 0:
                 acc[:, :] = 0.0
                 for k in range(k0, k1):
+                    brow = Bt[k, n0:n1]
                     for i in range(m1 - m0):
                         a = Av[m0 + i, k]
-                        for j in range(nn):
-                            acc[i, j] += a * Bt[k, n0 + j]
+                        arow = acc[i]
+                        for j in range(nn):  # independent outputs: vectorizes over j
+                            arow[j] = arow[j] + a * brow[j]
             else:
                 accd[:, :] = 0.0
                 for k in range(k0, k1):
@@ -114,11 +119,15 @@ def _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, neares
                 for i in range(m1 - m0):
                     for j in range(nn):
                         acc[i, j] = np.float32(accd[i, j])
+            for j in range(nn):
+                sbj[j] = sb[(n0 + j) // bN, kb[s]]
             for i in range(m1 - m0):
                 sai = np.float64(sa[(m0 + i) // bM, ka[s]])
+                arow = acc[i]
+                mrow = main[i]
                 for j in range(nn):
-                    sc = np.float32(sai * np.float64(sb[(n0 + j) // bN, kb[s]]))
-                    main[i, j] = fma32(acc[i, j], sc, main[i, j])
+                    sc = np.float32(sai * np.float64(sbj[j]))
+                    mrow[j] = fma32(arow[j], sc, mrow[j])
         for i in range(m1 - m0):
             for j in range(nn):
                 out[m0 + i, n0 + j] = main[i, j]
