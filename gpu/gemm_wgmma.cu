@@ -100,11 +100,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const u32 sbase = smem_u32(smem);
 
     const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    const int bid = blockIdx.x, per_group = WG_GROUP_M * tiles_n;
-    const int first_m = (bid / per_group) * WG_GROUP_M;
-    const int gsz = min(tiles_m - first_m, WG_GROUP_M);
-    const int tm = first_m + (bid % per_group) % gsz, tn = (bid % per_group) / gsz;
-    const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+    const int ntiles = tiles_m * tiles_n, per_group = WG_GROUP_M * tiles_n;
+    // tile -> (tm, tn): groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
+    auto tile_mn = [&](int tile, int& tm, int& tn) {
+        const int first_m = (tile / per_group) * WG_GROUP_M;
+        const int gsz = min(tiles_m - first_m, WG_GROUP_M);
+        tm = first_m + (tile % per_group) % gsz;
+        tn = (tile % per_group) / gsz;
+    };
     const int ktiles = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
@@ -117,22 +120,30 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     }
     __syncthreads();
 
+    // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
+    // producer already loads the next tile while the consumers run the epilogue.
     if (wg == 0) {  // producer
         if (threadIdx.x == 0) {
             const u64 ta = reinterpret_cast<u64>(tmaps), tb = reinterpret_cast<u64>(tmaps + 128);
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(ta) : "memory");
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
-            for (int kt = 0; kt < ktiles; kt++) {
-                const int s = kt % ST;
-                if (kt >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((kt / ST) - 1) & 1);
-                const u32 fb = smem_u32(&full_bar[s]);
-                mbar_expect_tx(fb, STAGE_BYTES);
-                const u32 dA = sbase + s * STAGE_BYTES, dB = dA + TILE_BYTES;
+            int it = 0;
+            for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+                int tm, tn;
+                tile_mn(tile, tm, tn);
+                const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+                for (int kt = 0; kt < ktiles; kt++, it++) {
+                    const int s = it % ST;
+                    if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
+                    const u32 fb = smem_u32(&full_bar[s]);
+                    mbar_expect_tx(fb, STAGE_BYTES);
+                    const u32 dA = sbase + s * STAGE_BYTES, dB = dA + TILE_BYTES;
 #pragma unroll
-                for (int a = 0; a < ES; a++) {
-                    const int x = kt * WG_BK + a * (WG_BK / ES);
-                    tma_load_2d(dA + a * ATOM, ta, x, m0, fb);
-                    tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
+                    for (int a = 0; a < ES; a++) {
+                        const int x = kt * WG_BK + a * (WG_BK / ES);
+                        tma_load_2d(dA + a * ATOM, ta, x, m0, fb);
+                        tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
+                    }
                 }
             }
         }
@@ -142,70 +153,76 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // consumers
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
     float acc[64], part[64];
+    const bool pair_ok = (ldc & 1) == 0;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        int tm, tn;
+        tile_mn(tile, tm, tn);
+        const int m0 = tm * WG_BM, n0 = tn * WG_BN;
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.f;
-    const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-    for (int kt = 0; kt < ktiles; kt++) {
-        const int s = kt % ST;
-        float s0 = 1.f, s1 = 1.f;
-        if (SCALE == 2) {
-            const float b = sb[(size_t)tn * kblocks + kt];
-            s0 = (r0 < M ? sa[(size_t)r0 * kblocks + kt] : 0.f) * b;
-            s1 = (r1 < M ? sa[(size_t)r1 * kblocks + kt] : 0.f) * b;
-        }
-        mbar_wait(smem_u32(&full_bar[s]), (kt / ST) & 1);
-        const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
-        wg_fence();
-#pragma unroll
-        for (int k = 0; k < STEPS; k++) {
-            const u32 off = (k >> 2) * ATOM + (k & 3) * 32;
-            wg_mma<TA, TB>(part, wg_desc(aT + off), wg_desc(bT + off), k > 0);
-        }
-        wg_commit();
-        wg_wait0();
-        if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int i = 0; i < 64; i++) acc[i] = 0.f;
+        const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+        for (int kt = 0; kt < ktiles; kt++, it++) {
+            const int s = it % ST;
+            float s0 = 1.f, s1 = 1.f;
             if (SCALE == 2) {
-                acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-                acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-            } else {
+                const float b = sb[(size_t)tn * kblocks + kt];
+                s0 = (r0 < M ? sa[(size_t)r0 * kblocks + kt] : 0.f) * b;
+                s1 = (r1 < M ? sa[(size_t)r1 * kblocks + kt] : 0.f) * b;
+            }
+            mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
+            const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
+            wg_fence();
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[4 * j + e] += part[4 * j + e];
+            for (int k = 0; k < STEPS; k++) {
+                const u32 off = (k >> 2) * ATOM + (k & 3) * 32;
+                wg_mma<TA, TB>(part, wg_desc(aT + off), wg_desc(bT + off), k > 0);
+            }
+            wg_commit();
+            wg_wait0();
+            if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                if (SCALE == 2) {
+                    acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[4 * j + e] += part[4 * j + e];
+                }
             }
         }
-    }
 
-    // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
-    const float st = SCALE == 0 ? sa[0] * sb[0] : 1.f;
-    const float ra0 = SCALE == 1 && r0 < M ? sa[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sa[r1] : 1.f;
-    const bool pair_ok = (ldc & 1) == 0;
+        // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
+        const float st = SCALE == 0 ? sa[0] * sb[0] : 1.f;
+        const float ra0 = SCALE == 1 && r0 < M ? sa[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sa[r1] : 1.f;
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int c = n0 + 8 * j + 2 * (lane & 3);
-        if (c >= N) continue;
-        const bool two = c + 1 < N;
-        float cb0 = 1.f, cb1 = 1.f;
-        if (SCALE == 1) { cb0 = sb[c]; cb1 = two ? sb[c + 1] : 1.f; }
+        for (int j = 0; j < 16; j++) {
+            const int c = n0 + 8 * j + 2 * (lane & 3);
+            if (c >= N) continue;
+            const bool two = c + 1 < N;
+            float cb0 = 1.f, cb1 = 1.f;
+            if (SCALE == 1) { cb0 = sb[c]; cb1 = two ? sb[c + 1] : 1.f; }
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = h ? r1 : r0;
-            if (r >= M) continue;
-            float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if (SCALE == 0) { v0 *= st; v1 *= st; }
-            else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
-            const size_t o = (size_t)r * ldc + c;
-            if (OUT == 0) {
-                float* p = reinterpret_cast<float*>(C) + o;
-                if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-                else { p[0] = v0; if (two) p[1] = v1; }
-            } else {
-                u16* p = reinterpret_cast<u16*>(C) + o;
-                const u16 h0 = wg_out16(v0, OUT == 1), h1 = wg_out16(v1, OUT == 1);
-                if (two && pair_ok) *reinterpret_cast<u32*>(p) = (u32)h0 | ((u32)h1 << 16);
-                else { p[0] = h0; if (two) p[1] = h1; }
+            for (int h = 0; h < 2; h++) {
+                const int r = h ? r1 : r0;
+                if (r >= M) continue;
+                float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                if (SCALE == 0) { v0 *= st; v1 *= st; }
+                else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
+                const size_t o = (size_t)r * ldc + c;
+                if (OUT == 0) {
+                    float* p = reinterpret_cast<float*>(C) + o;
+                    if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+                    else { p[0] = v0; if (two) p[1] = v1; }
+                } else {
+                    u16* p = reinterpret_cast<u16*>(C) + o;
+                    const u16 h0 = wg_out16(v0, OUT == 1), h1 = wg_out16(v1, OUT == 1);
+                    if (two && pair_ok) *reinterpret_cast<u32*>(p) = (u32)h0 | ((u32)h1 << 16);
+                    else { p[0] = h0; if (two) p[1] = h1; }
+                }
             }
         }
     }
@@ -240,5 +257,44 @@ __global__ void __launch_bounds__(256) transpose_u8(const u8* __restrict__ B, u8
         for (int i = 0; i < 4; i++) w |= (u32)tile[4 * tx + i][ty + 16 * p] << (8 * i);
         if (vecw && k + 3 < K) *reinterpret_cast<u32*>(Bt + (size_t)n * ldt + k) = w;
         else for (int i = 0; i < 4; i++) if (k + i < K) Bt[(size_t)n * ldt + k + i] = (u8)(w >> (8 * i));
+    }
+}
+
+// Codes (rows x K, row stride lds bytes) -> fp16 (rows x ldd halves, ldd >= K, a multiple of 8)
+// through the format's 256-entry fp16 table; columns K..ldd-1 are written as zeros. 8 codes per
+// thread per step (16 bytes out), grid-stride.
+__global__ void __launch_bounds__(256) decode_f16_rows(const u8* __restrict__ src, u16* __restrict__ dst,
+                                                       int rows, int K, int lds, int ldd,
+                                                       const u16* __restrict__ tab) {
+    __shared__ u16 t[256];
+    t[threadIdx.x] = tab[threadIdx.x];
+    __syncthreads();
+    const int cpr = ldd >> 3;
+    const size_t total = (size_t)rows * cpr;
+    const bool vec = (lds & 7) == 0 && ((size_t)src & 7) == 0;
+    for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(w / cpr), k = (int)(w % cpr) * 8;
+        const u8* p = src + (size_t)r * lds + k;
+        u32 lo = 0, hi = 0;
+        if (vec && k + 8 <= K) {
+            const uint2 v = *reinterpret_cast<const uint2*>(p);
+            lo = v.x; hi = v.y;
+        } else {
+            for (int i = 0; i < 8; i++) {
+                const u32 c = k + i < K ? p[i] : 0u;
+                if (i < 4) lo |= c << (8 * i); else hi |= c << (8 * (i - 4));
+            }
+        }
+        uint4 o;
+        o.x = (u32)t[lo & 0xFF] | ((u32)t[(lo >> 8) & 0xFF] << 16);
+        o.y = (u32)t[(lo >> 16) & 0xFF] | ((u32)t[lo >> 24] << 16);
+        o.z = (u32)t[hi & 0xFF] | ((u32)t[(hi >> 8) & 0xFF] << 16);
+        o.w = (u32)t[(hi >> 16) & 0xFF] | ((u32)t[hi >> 24] << 16);
+        if (k + 8 > K) {  // zero the padding (code 0 may not decode to +0 in every format)
+            u32 m[4] = {o.x, o.y, o.z, o.w};
+            for (int i = 0; i < 8; i++) if (k + i >= K) m[i >> 1] &= (i & 1) ? 0x0000FFFFu : 0xFFFF0000u;
+            o = make_uint4(m[0], m[1], m[2], m[3]);
+        }
+        *reinterpret_cast<uint4*>(dst + (size_t)r * ldd + k) = o;
     }
 }

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..formats import get_format
 from . import _loader
-from .codecs import _as_cupy, _device_table
+from .codecs import _as_cupy, _device_table, _sm_count
 
 __all__ = ["gemm", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
 
@@ -53,7 +53,7 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str) -> str:
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
     return [_wg_instance(ta, tb, s, o) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES] + \
-        ["transpose_u8"]
+        ["transpose_u8", "decode_f16_rows"]
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
@@ -110,14 +110,31 @@ def _tmaps(a, b, es):
     return buf
 
 
-def _k_major(x, es, cp):
+_work: dict = {}
+
+
+def _workspace(role, rows, cols, dtype, cp):
+    """A cached (rows, cols) buffer per device, role, shape and dtype, zero-filled when made: the
+    operands this module derives (decoded, transposed, padded) keep the same address from call to
+    call, so their tensor maps stay cached (no host->device copy per call). Stream-ordered reuse:
+    calls on one stream only."""
+    key = (cp.cuda.Device().id, role, rows, cols, np.dtype(dtype).str)
+    buf = _work.get(key)
+    if buf is None:
+        if len(_work) > 32:
+            _work.clear()
+        buf = _work[key] = cp.zeros((rows, cols), dtype)
+    return buf
+
+
+def _k_major(x, es, cp, role="pad"):
     """``x`` (rows, K) itself when TMA can read it (16-byte aligned base and row stride), else a
     zero-padded copy with the row stride rounded up to 16 bytes."""
     rows, K = x.shape
     if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es:
         return x
     kp = -(-K * es // 16) * 16 // es
-    y = cp.zeros((rows, kp), x.dtype)
+    y = _workspace(role, rows, kp, x.dtype, cp)   # padding columns stay zero
     y[:, :K] = x
     return y[:, :K]
 
@@ -126,10 +143,25 @@ def _transpose(b, cp):
     """(K, N) uint8 -> (N, K) uint8, K-major with a 16-byte row stride (one transpose kernel)."""
     K, N = b.shape
     kp = -(-K // 16) * 16
-    t = (cp.zeros if kp != K else cp.empty)((N, kp), cp.uint8)
+    t = _workspace("bt", N, kp, cp.uint8, cp)   # padding columns stay zero
     k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
     k((-(-N // 64), -(-K // 64)), (256,), (b, t, np.int32(K), np.int32(N), np.int32(b.strides[0]), np.int32(kp)))
     return t[:, :K]
+
+
+def _decode_f16(x, f, cp, role):
+    """(rows, K) codes -> (rows, K) float16 view of a buffer whose row stride is K rounded up to 8
+    elements (16 bytes; the padding is zero), decoded through the format's fp16 table."""
+    rows, K = x.shape
+    kp = -(-K // 8) * 8
+    y = _workspace(role, rows, kp, cp.float16, cp)
+    tab = _device_table(("dec", f.name, "float16"),
+                        lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
+    k = _loader.kernel("gemm_wgmma.cu", "decode_f16_rows")
+    work = rows * (kp // 8)
+    k((max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
+      (x, y, np.int32(rows), np.int32(K), np.int32(x.strides[0]), np.int32(kp), tab))
+    return y[:, :K]
 
 
 def _wgmma_ok() -> bool:
@@ -139,21 +171,17 @@ def _wgmma_ok() -> bool:
 
 def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
     global last_kernel
-    from .codecs import decode
     M, K = a.shape
     fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
     if fp8:
         ta, tb, es = _FP8_HW[fa.name], _FP8_HW[fb.name], 1
         bt = _transpose(b, cp) if layout == "nn" else b
-        a2, b2 = _k_major(a, 1, cp), _k_major(bt, 1, cp)
+        a2, b2 = _k_major(a, 1, cp, "pa"), _k_major(bt, 1, cp, "pb")
     else:
         ta = tb = 2
         es = 2
-        da = decode(a, fa.name, dtype="float16")
-        db = decode(b, fb.name, dtype="float16")
-        if layout == "nn":
-            db = cp.ascontiguousarray(db.T)
-        a2, b2 = _k_major(da, 2, cp), _k_major(db, 2, cp)
+        bt = _transpose(b, cp) if layout == "nn" else b
+        a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
     N = b2.shape[0]
     maps = _tmaps(a2, b2, es)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
@@ -161,14 +189,26 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     tiles = (-(-M // 128)) * (-(-N // 128))
-    k((tiles,), (384,), (maps, out, np.int32(M), np.int32(N), np.int32(K), np.int32(N), sa, sb, np.int32(kb)),
+    k((min(tiles, _sm_count()),), (384,), (maps, out, np.int32(M), np.int32(N), np.int32(K), np.int32(N), sa, sb, np.int32(kb)),
       shared_mem=smem)
     last_kernel = "wgmma-fp8" if fp8 else "wgmma-f16"
     return out
 
 
+_scalars: dict = {}
+
+
 def _scale(s, shape, name):
     import cupy as cp
+    if shape == (1,) and isinstance(s, (int, float, np.floating, np.integer)):
+        # a host scalar: one cached device copy per value (no synchronous copy per call)
+        key = (cp.cuda.Device().id, float(np.float32(s)))
+        d = _scalars.get(key)
+        if d is None:
+            if len(_scalars) > 1024:
+                _scalars.clear()
+            d = _scalars[key] = cp.full((1,), np.float32(s), cp.float32)
+        return d
     s = cp.ascontiguousarray(cp.asarray(s, dtype=cp.float32))
     if s.size == 1 and shape == (1,):
         return s.reshape(1)
