@@ -112,6 +112,12 @@ class DLRMConfig:
                    cross_layers=1, cross_rank=3, top=(8, 5))
 
     @classmethod
+    def mini(cls) -> "DLRMConfig":
+        """For quick training tests: every inner GEMM is just large enough not to be gated."""
+        return cls(num_dense=13, vocab_sizes=(50,) * 4, embed_dim=16, bottom=(64,),
+                   interaction="dcn", cross_layers=1, cross_rank=16, top=(64,))
+
+    @classmethod
     def mlperf_dcnv2(cls, vocab_rows: int = 10000) -> "DLRMConfig":
         """MLPerf DLRM-DCNv2 sizes: 13 dense, 26 tables of dim 128, bottom 13-512-256-128,
         3 cross layers of rank 512 (width 27 x 128 = 3456), top 1024-1024-512-256-1.
@@ -127,7 +133,7 @@ class DLRMConfig:
 
     @classmethod
     def named(cls, name: str) -> "DLRMConfig":
-        known = {"small": cls.small, "tiny": cls.tiny, "mlperf-dcnv2": cls.mlperf_dcnv2,
+        known = {"small": cls.small, "tiny": cls.tiny, "mini": cls.mini, "mlperf-dcnv2": cls.mlperf_dcnv2,
                  "criteo-kaggle": cls.criteo_kaggle}
         try:
             return known[name]()
