@@ -154,14 +154,15 @@ def registry() -> tuple[Kernel, ...]:
                "8-bit operands decoded to float32, float32 GEMM (fp32 accumulation)",
                gemm=_f32_gemm, cast=_sim_cast),
         Kernel("gpu-wgmma-fp8", "cuda", ("e4m3", "e5m2"), ("tensor", "channel"),
-               "fp8lab.gpu.gemm kernel='wgmma-fp8': FP8 tensor cores (Hopper wgmma), fp32 "
+               "fp8lab.gpu.gemm kernel='wgmma' on e4m3/e5m2: FP8 tensor cores (Hopper wgmma), fp32 "
                "promotion every 128 K (its block recipe is 1x128 for A but 128x128 for B, not "
-               "LoKA's block:128)", gemm=functools.partial(_gpu_gemm, kernel="wgmma-fp8",
+               "LoKA's block:128)", gemm=functools.partial(_gpu_gemm, kernel="wgmma",
                                                            fmt="e4m3"), cast=_gpu_cast),
         Kernel("gpu-wgmma-f16", "cuda", tuple(f for f in fmts if f not in ("e4m3", "e5m2")),
                ("tensor", "channel"),
-               "fp8lab.gpu.gemm kernel='wgmma-f16': operands decoded to fp16, fp16 tensor cores",
-               gemm=functools.partial(_gpu_gemm, kernel="wgmma-f16", fmt="hif8"), cast=_gpu_cast),
+               "fp8lab.gpu.gemm kernel='wgmma' on other formats: operands decoded to fp16, "
+               "fp16 tensor cores",
+               gemm=functools.partial(_gpu_gemm, kernel="wgmma", fmt="hif8"), cast=_gpu_cast),
         Kernel("gpu-mma-f16", "cuda", fmts, ("tensor", "channel"),
                "fp8lab.gpu.gemm kernel='mma': in-kernel decode to fp16, mma.sync (any device)",
                gemm=functools.partial(_gpu_gemm, kernel="mma", fmt="e4m3"), cast=_gpu_cast),
