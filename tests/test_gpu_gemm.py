@@ -25,3 +25,23 @@ def test_gemm_errors_name_what_works():
         gemm(a, a, "e4m3", scaling="rows")
     with pytest.raises(ValueError, match="inner dimensions"):
         gemm(a, cp.zeros((4, 9), cp.uint8), "e4m3")
+
+
+def test_gemm_mma_fallback_still_correct():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_gemm
+    assert gpu_gemm.check(print, shapes=((129, 257, 130),), kernel="mma") == 0
+
+
+def test_dispatcher_names_the_kernel():
+    import cupy as cp
+    import fp8lab.gpu.gemm as GM
+    a = cp.zeros((4, 32), cp.uint8)
+    GM.gemm(a, a, "e4m3")
+    assert GM.last_kernel in ("wgmma-fp8", "mma")
+    GM.gemm(a, a, "hif8")
+    assert GM.last_kernel in ("wgmma-f16", "mma")
+    GM.gemm(a, a, "e4m3", kernel="mma")
+    assert GM.last_kernel == "mma"
+    with pytest.raises(ValueError, match="known: auto, wgmma, mma"):
+        GM.gemm(a, a, "e4m3", kernel="cutlass")
