@@ -18,8 +18,8 @@ from numba import prange
 
 from ._jit import jit
 
-MB = 4     # rows of A per work item of the fp32 kernel
-NT = 256   # columns per tile (the accumulators of one work item stay in L1)
+MB = 16     # rows of A per work item of the fp32 kernel
+NT = 128   # columns per tile (the accumulators of one work item stay in L1)
 NPARTS = 96  # capacity of a float64 expansion (exponents of all terms span < 1100 bits)
 
 

@@ -75,10 +75,8 @@ def scales_from_amax(amax, out, fmax, emax, rule, margin):
 @jit(inline="always")
 def _encode_buf(buf, f32, u32, n, out, obase, table, mode, sat, e_low, e_max, top_count, mbits, base,
                 codes, key, ibase):
-    """Encode the float64 values buf[:n] into out[obase:obase+n] (f32/u32: scratch, one array)."""
-    if mode != 3:
-        for c in range(n):
-            f32[c] = np.float32(buf[c])
+    """Encode the float64 values buf[:n] into out[obase:obase+n]; f32 = fl32(buf), u32 its bits."""
+    if mode != 3:  # f32[:n] holds fl32(buf[:n]) (written by the caller's division loop)
         for c in range(n):
             q = buf[c]
             back = np.float64(f32[c])
@@ -122,7 +120,9 @@ def _encode_row(x, base, C, BC, nbC, scales, sbase, buf, f32, u32, out, table, m
         c1 = min(C, c0 + BC)
         s = np.float64(scales[sbase + j])
         for c in range(c0, c1):
-            buf[c] = np.float64(x[base + c]) / s
+            q = np.float64(x[base + c]) / s
+            buf[c] = q
+            f32[c] = np.float32(q)
     _encode_buf(buf, f32, u32, C, out, base, table, mode, sat, e_low, e_max, top_count, mbits,
                 base_tab, codes, key, offset + base)
 
