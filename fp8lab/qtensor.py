@@ -57,7 +57,7 @@ def _float_input(x) -> np.ndarray:
     arr = _as_float_array(x)
     if arr.dtype.name in ("float16", "bfloat16"):
         arr = arr.astype(np.float32)
-    return np.ascontiguousarray(arr)
+    return np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _geometry(shape, scaling: Scaling) -> tuple[int, int, int, int, int]:
@@ -140,7 +140,7 @@ class QTensor:
         if not isinstance(codes, np.ndarray) or codes.dtype != np.uint8:
             got = codes.dtype.name if isinstance(codes, np.ndarray) else type(codes).__name__
             raise ValueError(f"codes must be a uint8 ndarray, got {got}")
-        codes = np.ascontiguousarray(codes).view()
+        codes = np.ascontiguousarray(codes).reshape(codes.shape)  # a view; 0-d stays 0-d
         expected = scaling.scale_shape(codes.shape)
         scales = np.asarray(self.scales)
         if scales.dtype.kind != "f":
@@ -148,7 +148,7 @@ class QTensor:
         if scales.shape != expected:
             raise ValueError(f"scales of shape {scales.shape} do not fit {scaling} scaling of a "
                              f"tensor of shape {codes.shape}: expected shape {expected}")
-        s32 = np.ascontiguousarray(scales, dtype=np.float32)
+        s32 = np.ascontiguousarray(scales, dtype=np.float32).reshape(scales.shape)
         with np.errstate(invalid="ignore"):
             if scales.dtype != np.float32 and not np.array_equal(s32.astype(scales.dtype), scales,
                                                                  equal_nan=True):
@@ -157,7 +157,7 @@ class QTensor:
         if bad.any():
             raise ValueError(f"scales must be finite and > 0; got {s32[bad][:4].tolist()} "
                              f"at {int(bad.sum())} position(s)")
-        if s32 is scales:
+        if s32 is scales or s32.base is scales:
             s32 = s32.view()
         codes.setflags(write=False)
         s32.setflags(write=False)

@@ -145,6 +145,16 @@ def test_mx_clamps_by_default():
     assert np.isnan(raw.dequantize()[0, -1])
 
 
+def test_scalars_and_empty_arrays():
+    q = quantize(3.0, "e4m3", scaling="tensor,pow2")
+    assert q.shape == () and q.scales.shape == () and q.dequantize(np.float64) == 3.0
+    with pytest.raises(ValueError, match="at least 1 dimension"):
+        quantize(3.0, "e4m3", scaling="block")
+    e = quantize(np.zeros((0, 5), np.float32), "e4m3", scaling="block")
+    assert e.scales.shape == (0, 1) and e.dequantize().shape == (0, 5)
+    assert quantize(np.ones((2, 0)), "e4m3").scales.tolist() == [[1.0]]
+
+
 def test_any_memory_layout_and_dtype():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((64, 48)).astype(np.float32)
