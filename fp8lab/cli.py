@@ -807,6 +807,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     else:
         for name, text in _LOKA_COMMANDS.items():
             sub.add_parser(name, help=text, add_help=False)
+    # fp8lab dlrm: the end-to-end example (fp8lab.examples.cli), parsed in full only when asked for
+    if _command_of(argv) == "dlrm":
+        from .examples.cli import add_parser as add_dlrm_parser
+
+        add_dlrm_parser(sub)
+    else:
+        sub.add_parser("dlrm", help="train the example DLRM: float32 vs naive FP8 vs LoKA",
+                       add_help=False)
     return parser
 
 
@@ -837,6 +845,7 @@ def _rounding_modes():
 COMMANDS = {"formats": cmd_formats, "table": cmd_table, "encode": cmd_encode,
             "analyze": cmd_analyze, "analyse": cmd_analyze}
 COMMANDS.update(probe=lambda args: args.func(args), dispatch=lambda args: args.func(args))
+COMMANDS["dlrm"] = lambda args: args.func(args)
 
 
 def main(argv: list[str] | None = None) -> int:
