@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["results_table", "markdown_report", "write_report", "plot_curves", "plot_safety_map"]
+__all__ = ["results_table", "per_seed_table", "markdown_report", "write_report", "plot_curves", "plot_safety_map"]
 
 _LABEL = {"float32": "float32", "fp8": "naive FP8", "loka": "LoKA"}
 
@@ -80,6 +80,34 @@ def _choices_table(res: dict) -> list[str]:
     return out
 
 
+def per_seed_table(res: dict) -> str:
+    """Per seed: float32's logloss and each other run's logloss relative to it (paired)."""
+    modes = [m for m in res["config"]["modes"]]
+    by = {(r["mode"], r["seed"]): r for r in res["runs"]}
+    head = ["seed"] + [f"{_LABEL.get(m, m)} logloss" + ("" if m == "float32" else " (vs float32)")
+                       for m in modes] + [f"{_LABEL.get(m, m)} 8-bit FLOPs" for m in modes
+                                          if m != "float32"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for seed in res["config"]["seeds"]:
+        f32 = by.get(("float32", seed))
+        row = [str(seed)]
+        for m in modes:
+            r = by.get((m, seed))
+            if r is None:
+                row.append("—")
+            elif m == "float32" or f32 is None:
+                row.append(f"{r['logloss']:.5f}")
+            else:
+                rel = (r["logloss"] - f32["logloss"]) / f32["logloss"]
+                row.append(f"{r['logloss']:.5f} ({rel * 100:+.3f}%)")
+        for m in modes:
+            if m != "float32":
+                r = by.get((m, seed))
+                row.append("—" if r is None else f"{r['flop_share_8bit'] * 100:.1f}%")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def markdown_report(res: dict, figures: dict | None = None) -> str:
     """The whole report as markdown (``figures``: name -> relative path of PNGs to reference)."""
     ec, summ = res["config"], res["summary"]
@@ -88,7 +116,7 @@ def markdown_report(res: dict, figures: dict | None = None) -> str:
              f"Model `{ec['model']}`, {ec['steps']} steps of batch {ec['batch']}, "
              f"LoKA warm-up {ec['warmup']} steps, refresh every {ec['refresh']}, "
              f"budget tau = {ec['tau']}. Total time {res['seconds']:.0f} s.", "",
-             results_table(res), ""]
+             results_table(res), "", "Per seed:", "", per_seed_table(res), ""]
     g = summ.get("goal")
     if g:
         parts += [f"Goal (LoKA within 0.1% relative logloss of float32 with >= 70% of GEMM FLOPs "
