@@ -144,3 +144,66 @@ def test_naive_fp8_and_loka_run_and_report_flop_shares(mini_data):
     s = summarize({"runs": runs})
     assert set(s) >= {"float32", "fp8", "loka", "goal"}
     assert "rel_logloss_vs_float32" in s["loka"]
+
+
+@pytest.mark.parametrize("fa,fb,gran", [("e4m3", "e4m3", "tensor"), ("e5m2", "e4m3", "channel")])
+def test_emulated_site_is_an_fp8_gemm_with_fp32_accumulation(fa, fb, gran):
+    """Spot check of one layer against fp8lab.gemm: the training loop's quantize-dequantize plus a
+    float32 matmul equals the exact product of the same 8-bit operands up to float32 summation."""
+    import fp8lab
+    from fp8lab.gemm import gemm
+
+    m = DLRM(DLRMConfig.small(), seed=0)
+    rng = np.random.default_rng(0)
+    lin = m.top[0]
+    x = np.maximum(rng.standard_normal((64, lin.W.shape[1])), 0).astype(np.float32)
+    from fp8lab.examples.train import _scaling
+
+    qa = fp8lab.quantize(x, fa, scaling=_scaling(gran), saturate=True)
+    qb = fp8lab.quantize(lin.W, fb, scaling=_scaling(gran), saturate=True)
+    exact = gemm(qa, qb, accumulate="exact", out_dtype=np.float64)
+    ours = fake_quantize(x, fa, gran) @ fake_quantize(lin.W, fb, gran).T
+    k = x.shape[1]
+    bound = k * 2.0 ** -23 * (np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T)
+    assert np.all(np.abs(ours - exact) <= bound + 1e-30)
+
+
+def test_cli_runs_the_experiment(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "fp8lab", "dlrm", "--model", "mini", "--steps", "3",
+                        "--batch", "32", "--train-rows", "500", "--test-rows", "200", "--seeds", "0",
+                        "--modes", "float32,fp8", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "| naive FP8 |" in p.stdout and p.stderr == ""
+    res = json.loads(out.read_text())
+    assert {r["mode"] for r in res["runs"]} == {"float32", "fp8"}
+    bad = subprocess.run([sys.executable, "-m", "fp8lab", "dlrm", "--modes", "fp7"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown mode" in bad.stderr
+
+
+def test_report_writes_markdown_and_figures(tmp_path, mini_data):
+    pytest.importorskip("matplotlib")
+    from fp8lab.examples.report import write_report
+    from fp8lab.examples.train import summarize
+
+    ec = ExperimentConfig(model="mini", steps=5, batch=32, seeds=(0,), warmup=2)
+    runs = [train_run("float32", mini_data, ec, seed=0),
+            train_run("loka", mini_data, ec, seed=0,
+                      numerics=Loka(warmup=2, refresh=0, prior_weight=80, probe_rows=16))]
+    res = {"config": {"seeds": [0], "modes": ["float32", "loka"], "model": "mini", "steps": 5,
+                      "batch": 32, "warmup": 2, "refresh": 0, "tau": 0.08},
+           "data": {"bayes": mini_data.bayes, "n_test": len(mini_data.test)},
+           "runs": runs, "seconds": 1.0, "command": "test"}
+    res["summary"] = summarize(res)
+    figs = write_report(res, str(tmp_path))
+    assert set(figs.values()) == {"curves.png", "safety_map.png"}
+    text = (tmp_path / "report.md").read_text()
+    assert "| LoKA |" in text and "first layer" in text
+    for f in figs.values():
+        assert (tmp_path / f).stat().st_size > 1000
