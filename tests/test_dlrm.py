@@ -164,7 +164,8 @@ def test_emulated_site_is_an_fp8_gemm_with_fp32_accumulation(fa, fb, gran):
     exact = gemm(qa, qb, accumulate="exact", out_dtype=np.float64)
     ours = fake_quantize(x, fa, gran) @ fake_quantize(lin.W, fb, gran).T
     k = x.shape[1]
-    bound = k * 2.0 ** -23 * (np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T)
+    da, db = qa.dequantize(np.float64), qb.dequantize(np.float64)
+    bound = k * 2.0 ** -23 * (np.abs(da) @ np.abs(db).T)
     assert np.all(np.abs(ours - exact) <= bound + 1e-30)
 
 
@@ -175,8 +176,8 @@ def test_cli_runs_the_experiment(tmp_path):
 
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "fp8lab", "dlrm", "--model", "mini", "--steps", "3",
-                        "--batch", "32", "--train-rows", "500", "--test-rows", "200", "--seeds", "0",
-                        "--modes", "float32,fp8", "--json", str(out), "-q"],
+                        "--batch", "32", "--train-rows", "500", "--test-rows", "200",
+                        "--seeds", "0", "--modes", "float32,fp8", "--json", str(out), "-q"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "| naive FP8 |" in p.stdout and p.stderr == ""

@@ -133,7 +133,8 @@ class DLRMConfig:
 
     @classmethod
     def named(cls, name: str) -> "DLRMConfig":
-        known = {"small": cls.small, "tiny": cls.tiny, "mini": cls.mini, "mlperf-dcnv2": cls.mlperf_dcnv2,
+        known = {"small": cls.small, "tiny": cls.tiny, "mini": cls.mini,
+                 "mlperf-dcnv2": cls.mlperf_dcnv2,
                  "criteo-kaggle": cls.criteo_kaggle}
         try:
             return known[name]()

@@ -12,10 +12,10 @@ drawn; :func:`results_table` and :func:`markdown_report` need nothing beyond the
 
 from __future__ import annotations
 
-import math
 import os
 
-__all__ = ["results_table", "per_seed_table", "markdown_report", "write_report", "plot_curves", "plot_safety_map"]
+__all__ = ["results_table", "per_seed_table", "markdown_report", "write_report", "plot_curves",
+           "plot_safety_map"]
 
 _LABEL = {"float32": "float32", "fp8": "naive FP8", "loka": "LoKA"}
 

@@ -326,7 +326,8 @@ class Loka(_Counting):
                 s = st.site
                 for k in self.kernels:
                     if self.perfdb.get(k.name, s.shape, MODEL_DEVICE) is None:
-                        self.perfdb.put(k.name, s.shape, MODEL_DEVICE, h200_model_time(k.name, *s.shape))
+                        self.perfdb.put(k.name, s.shape, MODEL_DEVICE,
+                                        h200_model_time(k.name, *s.shape))
                 opt = disp.choose(name)
                 new = Candidate.parse(opt.candidate)
                 old = self.choice.get(name)
@@ -483,7 +484,8 @@ def train_run(mode: str, data: ClickData, ec: ExperimentConfig, seed: int, *,
         if not math.isfinite(loss):
             break
         if log and (step + 1) % max(1, ec.steps // 5) == 0:
-            log(f"  {mode:7} seed {seed}: step {step + 1}/{ec.steps} loss {np.mean(losses[-50:]):.4f}")
+            log(f"  {mode:7} seed {seed}: step {step + 1}/{ec.steps} "
+                f"loss {np.mean(losses[-50:]):.4f}")
     train_s = time.perf_counter() - t0
     num.training = False
     te = data.test
@@ -521,7 +523,7 @@ def _jsonable(x):
 
 
 def _threads_one() -> None:
-    """One Numba thread: the codec calls are small and two cores are shared; threads only contend."""
+    """One Numba thread: the codec calls are small and the cores shared; more threads contend."""
     try:
         import numba
 
