@@ -146,3 +146,118 @@ __global__ void __launch_bounds__(1024) fp8_decode(const u8* __restrict__ codes,
     for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         os[i] = tab[codes[i]];
 }
+
+// ---- v3: float32 table encode and decode with more bytes in flight per SM -------------------
+//
+// fp8_encode_lut32<UNR, HALF>: float32 deterministic modes through the CPU's float32 table.
+// Thread t of a block step takes groups t, t + blockDim, ... (UNR of them, all loads issued before
+// any use; coalesced as in fp8_encode). HALF: the table in shared memory holds only the 2^16
+// entries of the positive half (index bit 16 is the sign bit) plus a 256-entry map `neg` from a
+// positive result code to the code of the negated input; fp8lab.gpu.codecs builds that map from
+// the CPU table and uses HALF only when neg[lut[i]] == lut[i + 2^16] for all 2^16 i (checked on
+// the host, so the halved lookup equals the full one entry for entry). 64 KB + 256 B per block:
+// two or three blocks per SM instead of one.
+template <int UNR, bool HALF>
+__global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__ x, u8* __restrict__ out,
+                                                        i64 n, int vec, const u8* __restrict__ lut) {
+    extern __shared__ __align__(16) u8 lut_s[];
+    constexpr int TBYTES = HALF ? (1 << 16) + 256 : (1 << 17);
+    {
+        const uint4* src = reinterpret_cast<const uint4*>(lut);
+        uint4* dst = reinterpret_cast<uint4*>(lut_s);
+        for (int i = threadIdx.x; i < TBYTES / 16; i += blockDim.x) dst[i] = __ldg(src + i);
+    }
+    __syncthreads();
+    const u8* neg_s = lut_s + (1 << 16);
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 step = (i64)UNR * blockDim.x;
+    const i64 nsteps = vec ? n / (4 * step) : 0;
+    const i64 nfull = nsteps * step * 4;
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    u32* ow = reinterpret_cast<u32*>(out);
+    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
+        const i64 g0 = st * step + threadIdx.x;
+        uint4 buf[UNR];
+#pragma unroll
+        for (int j = 0; j < UNR; j++) buf[j] = __ldcs(xv + g0 + j * blockDim.x);
+#pragma unroll
+        for (int j = 0; j < UNR; j++) {
+            const u32 w[4] = {buf[j].x, buf[j].y, buf[j].z, buf[j].w};
+            u32 acc = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                u32 c;
+                if (HALF) {
+                    const u32 u = w[k];
+                    c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
+                    if (u >> 31) c = neg_s[c];
+                } else {
+                    c = lut_s[fp8_lut32_index(w[k])];
+                }
+                acc |= c << (8 * k);
+            }
+            __stcs(ow + g0 + j * blockDim.x, acc);
+        }
+    }
+    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u32 u = x[i];
+        u8 c;
+        if (HALF) {
+            c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
+            if (u >> 31) c = neg_s[c];
+        } else {
+            c = lut_s[fp8_lut32_index(u)];
+        }
+        out[i] = c;
+    }
+}
+
+// fp8_decode_v3<OUT_BYTES, UNR, REPL>: as fp8_decode with UNR words of codes per thread and step
+// (all loads first). REPL (OUT_BYTES 2 or 4): the 256-entry table is held 32 times in shared
+// memory, entry c of copy l at word 32 c + l, and lane l reads copy l: every lookup of a warp hits
+// 32 distinct banks (no conflicts whatever the codes), 32 KB per block.
+template <int OUT_BYTES, int UNR, bool REPL>
+__global__ void __launch_bounds__(1024) fp8_decode_v3(const u8* __restrict__ codes, void* __restrict__ out,
+                                                     i64 n, int vec, const void* __restrict__ table) {
+    static_assert(!REPL || OUT_BYTES <= 4, "REPL holds table entries in 32-bit words");
+    typedef typename OutBits<OUT_BYTES>::T OT;
+    extern __shared__ __align__(16) u8 dsm[];
+    u32* rtab = reinterpret_cast<u32*>(dsm);      // REPL: 256 x 32 words
+    OT* tab = reinterpret_cast<OT*>(dsm);         // else: 256 entries
+    if (REPL) {
+        for (int i = threadIdx.x; i < 256 * 32; i += blockDim.x)
+            rtab[i] = (u32)reinterpret_cast<const OT*>(table)[i >> 5];
+    } else {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) tab[i] = reinterpret_cast<const OT*>(table)[i];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 step = (i64)UNR * blockDim.x;
+    const i64 nsteps = vec ? n / (4 * step) : 0;
+    const i64 nfull = nsteps * step * 4;
+    typedef typename Vec4<OUT_BYTES>::T V4;
+    const u32* cw = reinterpret_cast<const u32*>(codes);
+    V4* ov = reinterpret_cast<V4*>(out);
+    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
+        const i64 g0 = st * step + threadIdx.x;
+        u32 w[UNR];
+#pragma unroll
+        for (int j = 0; j < UNR; j++) w[j] = __ldcs(cw + g0 + j * blockDim.x);
+#pragma unroll
+        for (int j = 0; j < UNR; j++) {
+            union { V4 v; OT b[4]; } buf;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const u32 c = (w[j] >> (8 * k)) & 0xFFu;
+                buf.b[k] = REPL ? (OT)rtab[(c << 5) | lane] : tab[c];
+            }
+            stcs4(ov + g0 + j * blockDim.x, buf.v);
+        }
+    }
+    OT* os = reinterpret_cast<OT*>(out);
+    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u32 c = codes[i];
+        os[i] = REPL ? (OT)rtab[(c << 5) | lane] : tab[c];
+    }
+}

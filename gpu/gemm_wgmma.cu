@@ -298,3 +298,54 @@ __global__ void __launch_bounds__(256) decode_f16_rows(const u8* __restrict__ sr
         *reinterpret_cast<uint4*>(dst + (size_t)r * ldd + k) = o;
     }
 }
+
+// Both operands of an f16 GEMM in one launch: A codes (rowsA x K, stride lda) -> dA and B codes
+// (rowsB x K, stride ldb) -> dB, each (rows x ldd halves, zero padding), through their formats'
+// fp16 tables tA / tB. Work item w < rowsA * ldd/8 is A's, the rest B's; 8 codes per item, as
+// decode_f16_rows (one launch and one table load instead of two).
+__device__ __forceinline__ void decode8_f16(const u8* __restrict__ src, u16* __restrict__ dst, int r, int k,
+                                            int K, int lds, int ldd, bool vec, const u16* t) {
+    const u8* p = src + (size_t)r * lds + k;
+    u32 lo = 0, hi = 0;
+    if (vec && k + 8 <= K) {
+        const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p));
+        lo = v.x; hi = v.y;
+    } else {
+        for (int i = 0; i < 8; i++) {
+            const u32 c = k + i < K ? p[i] : 0u;
+            if (i < 4) lo |= c << (8 * i); else hi |= c << (8 * (i - 4));
+        }
+    }
+    uint4 o;
+    o.x = (u32)t[lo & 0xFF] | ((u32)t[(lo >> 8) & 0xFF] << 16);
+    o.y = (u32)t[(lo >> 16) & 0xFF] | ((u32)t[lo >> 24] << 16);
+    o.z = (u32)t[hi & 0xFF] | ((u32)t[(hi >> 8) & 0xFF] << 16);
+    o.w = (u32)t[(hi >> 16) & 0xFF] | ((u32)t[hi >> 24] << 16);
+    if (k + 8 > K) {  // zero the padding (code 0 may not decode to +0 in every format)
+        u32 m[4] = {o.x, o.y, o.z, o.w};
+        for (int i = 0; i < 8; i++) if (k + i >= K) m[i >> 1] &= (i & 1) ? 0x0000FFFFu : 0xFFFF0000u;
+        o = make_uint4(m[0], m[1], m[2], m[3]);
+    }
+    *reinterpret_cast<uint4*>(dst + (size_t)r * ldd + k) = o;
+}
+
+__global__ void __launch_bounds__(256) decode_f16_pair(const u8* __restrict__ srcA, u16* __restrict__ dA, int rowsA,
+                                                       int lda, const u8* __restrict__ srcB, u16* __restrict__ dB,
+                                                       int rowsB, int ldb, int K, int ldd,
+                                                       const u16* __restrict__ tA, const u16* __restrict__ tB) {
+    __shared__ u16 t[512];
+    t[threadIdx.x] = tA[threadIdx.x];
+    t[256 + threadIdx.x] = tB[threadIdx.x];
+    __syncthreads();
+    const int cpr = ldd >> 3;
+    const size_t na = (size_t)rowsA * cpr, total = na + (size_t)rowsB * cpr;
+    const bool va = (lda & 7) == 0 && ((size_t)srcA & 7) == 0;
+    const bool vb = (ldb & 7) == 0 && ((size_t)srcB & 7) == 0;
+    for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (size_t)gridDim.x * blockDim.x) {
+        if (w < na) decode8_f16(srcA, dA, (int)(w / cpr), (int)(w % cpr) * 8, K, lda, ldd, va, t);
+        else {
+            const size_t v = w - na;
+            decode8_f16(srcB, dB, (int)(v / cpr), (int)(v % cpr) * 8, K, ldb, ldd, vb, t + 256);
+        }
+    }
+}

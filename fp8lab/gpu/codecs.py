@@ -26,6 +26,15 @@ _THREADS = 512
 #: float32 deterministic modes: "bits" (integer logic, tables of a few dozen bytes) or "lut" (the
 #: CPU's 2^17-entry table in shared memory). Both are proven equal on all 2^32 inputs.
 FLOAT32_PATH = "lut"
+#: launch shapes of the v3 kernels (benchmarks/gpu_codecs_v3.py sweeps them; see docs/gpu.md):
+#: float32 table encode fp8_encode_lut32: (UNR groups of 4 per thread, half table, threads,
+#: blocks per SM). Only with path="lut32": its exhaustive check has not run on a GPU yet, so the
+#: default float32 path stays fp8_encode (verified on all 2^32 inputs).
+ENCODE_LUT32 = (4, True, 1024, 2)
+#: decode, per output size: (UNR words of codes per thread, replicated table, threads, blocks per
+#: SM). H200 2026-12-02: (8, False, 512, 4) 0.878-0.880 of copy to float32, 0.873 to float16
+#: (batched); the replicated table did not help (0.861-0.870 at the same shape).
+DECODE_CFG = {2: (8, False, 512, 4), 4: (8, False, 512, 4), 8: (4, False, 512, 4)}
 _cache: dict = {}
 
 
@@ -75,11 +84,39 @@ def decode_instance(nbytes: int) -> str:
     return f"fp8_decode<{nbytes}>"
 
 
+def encode_lut32_instance(unr: int, half: bool) -> str:
+    return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}>"
+
+
+def decode_v3_instance(nbytes: int, unr: int, repl: bool) -> str:
+    return f"fp8_decode_v3<{nbytes}, {unr}, {'true' if repl else 'false'}>"
+
+
+#: every (UNR, half) / (nbytes, UNR, repl) that the sweep of benchmarks/gpu_check.py may launch
+_LUT32_VARIANTS = [(u, h) for u in (4, 8) for h in (False, True)]
+_DECODE_VARIANTS = [(b, u, r) for b in (2, 4, 8) for u in (4, 8) for r in (False, True) if not (r and b == 8)]
+
+
+def _half_lut(f, mode: str, sat: bool):
+    """The positive half of the CPU float32 table plus the 256-entry map from a positive result
+    code to the code of the negated input, or None when encode(-x) is not a function of
+    encode(x) for this format and mode (then a 1-byte marker: the full table is used)."""
+    full = np.asarray(_lut(f, "float32", mode, sat))
+    pos, neg = full[: 1 << 16], full[1 << 16:]
+    m = np.arange(256, dtype=np.uint8)
+    m[pos] = neg
+    if not np.array_equal(m[pos], neg):
+        return np.zeros(1, np.uint8)
+    return np.concatenate([pos, m]).astype(np.uint8)
+
+
 def _instances() -> list[str]:
     """Every template instance the library launches from codecs.cu (for the nvcc build check)."""
     out = [encode_instance(k, m, s, False) for k in _KIND for m in K.MODE_CODES for s in (False, True)]
     out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
             for s in (False, True)]
+    out += [encode_lut32_instance(u, h) for u, h in _LUT32_VARIANTS]
+    out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
     return out + [decode_instance(b) for b in (2, 4, 8)]
 
 
@@ -88,7 +125,9 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
     """Encode a CuPy array into 8-bit codes of ``fmt`` (see :func:`fp8lab.encode`).
 
     ``bfloat16=True`` reads a uint16 array as bfloat16 bit patterns. ``path`` ("bits" or "lut")
-    overrides :data:`FLOAT32_PATH` for float32/float16/bfloat16 in deterministic modes.
+    overrides :data:`FLOAT32_PATH` for float32/float16/bfloat16 in deterministic modes;
+    ``path="lut32"`` (float32 only, experimental) runs ``fp8_encode_lut32`` with
+    :data:`ENCODE_LUT32`, whose exhaustive device check is still pending (``docs/gpu.md``).
     """
     cp = _cupy()
     f = get_format(fmt)
@@ -114,9 +153,12 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
     out = cp.empty(n, cp.uint8)
     if n == 0:
         return out.reshape(x.shape)
-    use_lut = (path or FLOAT32_PATH) == "lut" and mode != "stochastic" and kind != "float64"
-    if path not in (None, "bits", "lut"):
-        raise ValueError(f"unknown path {path!r}; known: bits, lut")
+    if path not in (None, "bits", "lut", "lut32"):
+        raise ValueError(f"unknown path {path!r}; known: bits, lut, lut32")
+    use_lut = (path or FLOAT32_PATH) in ("lut", "lut32") and mode != "stochastic" and kind != "float64"
+    if use_lut and kind == "float32" and path == "lut32":
+        _encode_lut32(flat, out, f, mode, bool(saturate))
+        return out.reshape(x.shape)
     k = _loader.kernel("codecs.cu", encode_instance(kind, mode, bool(saturate), use_lut),
                        _loader.format_defines(f))
     key = np.uint64(_seed_key(seed)) if mode == "stochastic" else np.uint64(0)
@@ -132,6 +174,26 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
     grid = max(1, min(n // (16 * threads), _sm_count() * per_sm))
     k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), key, lut), shared_mem=smem)
     return out.reshape(x.shape)
+
+
+def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
+    """float32 deterministic encode through the CPU table (fp8_encode_lut32, codecs.cu)."""
+    unr, half, threads, per_sm = cfg or ENCODE_LUT32
+    lut = None
+    if half:
+        lut = _device_table(("lut32h", f.name, mode, sat), lambda: _half_lut(f, mode, sat))
+        if lut.size == 1:   # marker: no sign map for this format and mode
+            lut, half = None, False
+    if lut is None:
+        lut = _device_table(("lut", f.name, mode, sat), lambda: _lut(f, "float32", mode, sat))
+    k = _loader.kernel("codecs.cu", encode_lut32_instance(unr, half), _loader.format_defines(f))
+    smem = (1 << 16) + 256 if half else 1 << 17
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
+    n = flat.size
+    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
+    k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), lut), shared_mem=smem)
 
 
 def decode(codes, fmt, *, dtype="float32"):
@@ -157,8 +219,17 @@ def decode(codes, fmt, *, dtype="float32"):
     if n == 0:
         return out.reshape(c.shape)
     tab = _device_table(("dec", f.name, name), lambda: np.ascontiguousarray(table).view(bits))
-    k = _loader.kernel("codecs.cu", decode_instance(nbytes), _loader.format_defines(f))
-    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
-    grid = max(1, min(n // (16 * _THREADS), _sm_count() * 4))
-    k((grid,), (_THREADS,), (flat, out, np.int64(n), np.int32(vec), tab))
+    _decode_v3(flat, out, tab, f, nbytes)
     return out.reshape(c.shape)
+
+
+def _decode_v3(flat, out, tab, f, nbytes: int, cfg=None):
+    unr, repl, threads, per_sm = cfg or DECODE_CFG[nbytes]
+    k = _loader.kernel("codecs.cu", decode_v3_instance(nbytes, unr, repl), _loader.format_defines(f))
+    smem = 256 * 32 * 4 if repl else 256 * nbytes
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
+    n = flat.size
+    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
+    k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), tab), shared_mem=smem)

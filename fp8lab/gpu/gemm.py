@@ -9,7 +9,7 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
   buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
   call's time.
 - ``"wgmma-f16"``: any other format pair (hif8, the fnuz formats): both operands are decoded to
-  fp16 (exact for every fp8lab format) by the GPU codec, then multiplied by the same kernel on
+  fp16 (exact for every fp8lab format) in one launch (``decode_f16_pair``), then multiplied by the same kernel on
   fp16 tensor cores (HGMMA). The decode is counted in the call's time.
 - ``"mma"``: the first kernel (``gpu/gemm.cu``): in-kernel decode to fp16 and ``mma.sync``; any
   format, shape and stride. Used when the device is not sm_90 or the wgmma path is refused.
@@ -53,7 +53,7 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str) -> str:
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
     return [_wg_instance(ta, tb, s, o) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES] + \
-        ["transpose_u8", "decode_f16_rows"]
+        ["transpose_u8", "decode_f16_rows", "decode_f16_pair"]
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
@@ -164,6 +164,27 @@ def _decode_f16(x, f, cp, role):
     return y[:, :K]
 
 
+#: decode both operands of the f16 path in one launch (decode_f16_pair) rather than two
+FUSED_DECODE = True
+
+
+def _decode_f16_pair(a, b, fa, fb, cp):
+    """:func:`_decode_f16` of A (role "ha") and B (role "hb") in one launch."""
+    (ra, K), rb = a.shape, b.shape[0]
+    kp = -(-K // 8) * 8
+    ya = _workspace("ha", ra, kp, cp.float16, cp)
+    yb = _workspace("hb", rb, kp, cp.float16, cp)
+    mk = lambda f: (lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
+    ta = _device_table(("dec", fa.name, "float16"), mk(fa))
+    tb = _device_table(("dec", fb.name, "float16"), mk(fb))
+    k = _loader.kernel("gemm_wgmma.cu", "decode_f16_pair")
+    work = (ra + rb) * (kp // 8)
+    k((max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
+      (a, ya, np.int32(ra), np.int32(a.strides[0]), b, yb, np.int32(rb), np.int32(b.strides[0]),
+       np.int32(K), np.int32(kp), ta, tb))
+    return ya[:, :K], yb[:, :K]
+
+
 def _wgmma_ok() -> bool:
     import cupy as cp
     return cp.cuda.Device().compute_capability == "90"
@@ -181,7 +202,10 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
         ta = tb = 2
         es = 2
         bt = _transpose(b, cp) if layout == "nn" else b
-        a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
+        if FUSED_DECODE:
+            a2, b2 = _decode_f16_pair(a, bt, fa, fb, cp)
+        else:
+            a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
     N = b2.shape[0]
     maps = _tmaps(a2, b2, es)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
