@@ -115,7 +115,7 @@ def plot_histogram(x, label: str, formats, out_dir, *, index: int = 0) -> str:
         y = nf - 1 - row
         fi = fmt.finfo
         b = fmt.binades
-        shift = math.log2(amax / fi.max) if amax > 0 else 0.0  # per-tensor scale, log2
+        shift = math.log2(amax / fi.scale_target) if amax > 0 else 0.0  # per-tensor scale, log2
         log_max = math.log2(fi.max) + shift
         log_minsub = math.log2(fi.smallest_subnormal) + shift
         log_minnorm = math.log2(fi.smallest_normal) + shift
@@ -144,7 +144,7 @@ def plot_histogram(x, label: str, formats, out_dir, *, index: int = 0) -> str:
     strip.set_yticks([nf - 1 - r + 0.5 for r in range(nf)], [f.name for f in formats])
     strip.set_xlim(x_lo, x_hi)
     strip.set_xlabel("log2 |x|   (each format placed by per-tensor scaling: largest |x| "
-                     "maps to the format's max)")
+                     "maps to the format's scale target, its max; 15 for hif8)")
     strip.tick_params(axis="y", length=0)
     for side in ("top", "right"):
         strip.spines[side].set_visible(False)

@@ -303,7 +303,8 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None,
     QTensor
 
     Scale rule (see :func:`fp8lab.scaling.compute_scale`): amax, the maximum of ``|x|`` over a
-    block's *finite* elements, maps to the format's max (``pow2``, ``mx``: a power of two).
+    block's *finite* elements, maps to the format's scale target, ``finfo(fmt).scale_target``
+    (its max; 15 for HiF8) (``pow2``, ``mx``: a power of two).
     A block with no nonzero finite element gets scale 1. NaN elements encode as NaN, +-Inf as the
     format's overflow (Inf, NaN or +-max when saturating); neither affects the block's scale.
     """

@@ -304,17 +304,20 @@ class Scaling:
 
 
 def _rule_params(f: Format) -> tuple[float, int]:
-    """(max, emax_elem) of a format: its largest finite value and that value's binade."""
-    return float(f.finfo.max), int(f.binades.e_max)
+    """(target, emax_elem) of a format: the value amax maps to (``finfo.scale_target``: max, but
+    15 for HiF8, the top of its 3-mantissa-bit region) and the largest finite value's binade
+    (the OCP MX rule's emax_elem; MX applies to E4M3/E5M2 only, where the target is max)."""
+    return float(f.finfo.scale_target), int(f.binades.e_max)
 
 
 def compute_scale(amax, fmt, scaling: "Scaling | str | None" = None) -> np.ndarray:
     """The float32 scale(s) a recipe gives for block maxima ``amax`` (array_like, >= 0).
 
-    The rules, with ``max`` the format's largest finite value and ``m`` the margin:
+    The rules, with ``T`` the format's scale target (``finfo.scale_target``: its largest finite
+    value, except HiF8: 15, the top of its 3-mantissa-bit region) and ``m`` the margin:
 
-    * plain: ``s = fl32(amax / max * 2^m)`` (``amax`` maps to ``max``);
-    * ``pow2``: ``s = 2^(k + m)`` with ``k`` the least integer such that ``amax <= max * 2^k``;
+    * plain: ``s = fl32(amax / T * 2^m)`` (``amax`` maps to ``T``);
+    * ``pow2``: ``s = 2^(k + m)`` with ``k`` the least integer such that ``amax <= T * 2^k``;
     * ``mx``: ``s = 2^(floor(log2 amax) - emax_elem + m)``; ``mx_up``: as ``pow2``.
 
     Every scale is then clamped to [2^-127, 2^127]. ``amax == 0`` gives ``s = 1`` (every element of

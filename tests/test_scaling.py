@@ -94,8 +94,8 @@ def test_mx_refuses_non_mx_formats(fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_plain_scale_maps_amax_to_max(fmt):
-    fmax = fp8lab.finfo(fmt).max
+def test_plain_scale_maps_amax_to_target(fmt):
+    fmax = fp8lab.finfo(fmt).scale_target
     amax = np.array([fmax, 1.0, 3.5e-7, 7.25e5, 2.0**-140])
     s = compute_scale(amax, fmt)
     assert np.array_equal(s, np.float32(amax / fmax).clip(2.0**-127))
@@ -104,7 +104,7 @@ def test_plain_scale_maps_amax_to_max(fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 @given(a=st.floats(2.0**-100, 2.0**100), margin=st.integers(0, 3))
 def test_pow2_scale_is_least_power_of_two(fmt, a, margin):
-    fmax = fp8lab.finfo(fmt).max
+    fmax = fp8lab.finfo(fmt).scale_target
     s = float(compute_scale(a, fmt, Scaling.per_tensor(pow2=True, margin=margin)))
     m, _ = math.frexp(s)
     assert m == 0.5  # a power of two

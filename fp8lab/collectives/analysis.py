@@ -68,7 +68,7 @@ def format_constants(fmt: str) -> dict:
         raise ValueError(f"{f.name}: grid step decreases with magnitude; the bounds assume it does not")
     ur = np.where(step > delta, np.ldexp(1.0, -(m + 1)), 0.0)
     return {"u": float(ur.max()), "eta": float(delta / 2), "e_low": int(b.e_low), "ur": ur,
-            "step": step, "max": float(f.finfo.max)}
+            "step": step, "max": float(f.finfo.max), "target": float(f.finfo.scale_target)}
 
 
 def _binade_index(t, c):
@@ -93,7 +93,7 @@ def _expand(v, size, block):
 def _event(S, B, comp: Compression):
     """(error bound, model variance) of quantizing one chunk with exact partial S, bound B."""
     c = format_constants(comp.fmt)
-    M, blk = c["max"], comp.block
+    M, blk = c["target"], comp.block  # the value a block's amax maps to
     if S.size == 0:
         return np.zeros(0), np.zeros(0)
     aS = np.abs(S)

@@ -155,7 +155,7 @@ def block_scales(xp, v, comp: Compression):
     if pad:
         a = xp.concatenate([a, xp.zeros(pad, dtype=xp.float32)])
     amax = a.reshape(nb, B).max(axis=1)  # exact
-    fmax = float(comp.format.finfo.max)
+    fmax = float(comp.format.finfo.scale_target)  # amax maps here (15 for HiF8, else max)
     if comp.pow2:
         # least k with amax <= M * 2^k, in integer arithmetic on (mantissa, exponent) pairs:
         # amax = m * 2^e, M = mf * 2^ef with m, mf in [0.5, 1)

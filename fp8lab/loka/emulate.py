@@ -51,7 +51,7 @@ def group_amax(absx: np.ndarray, gran: str) -> np.ndarray:
 def scales_for(amax, fmt, *, pow2: bool = False, mx: bool = False) -> np.ndarray:
     """Scale per group (quantized value = x / scale). Zero groups get scale 1."""
     f = get_format(fmt)
-    fmax = f.finfo.max
+    fmax = f.finfo.max if mx else f.finfo.scale_target  # amax maps to the scale target
     amax = np.asarray(amax, dtype=np.float64)
     safe = np.where(amax > 0, amax, 1.0)
     if mx:

@@ -132,7 +132,7 @@ def _gpu_cast(x, fmt, gran, pow2):
 
     ax = cupy.abs(x)
     amax = ax.max() if gran == "tensor" else ax.max(axis=1, keepdims=True)
-    fmax = float(__import__("fp8lab").finfo(fmt).max)
+    fmax = float(__import__("fp8lab").finfo(fmt).scale_target)
     s = cupy.where(amax > 0, amax / fmax, 1.0).astype(cupy.float32)
     if pow2:
         s = cupy.exp2(cupy.ceil(cupy.log2(s)))

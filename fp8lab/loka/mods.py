@@ -51,7 +51,7 @@ def choose_scaling(site: Site, stats, fmt: str, tau: float, *, tau_row=None,
 
 
 def pow2_scale(amax, fmt) -> np.ndarray:
-    """``2^ceil(log2(amax / fmax))``: the smallest power of two that does not overflow."""
+    """``2^ceil(log2(amax / T))`` (T the scale target): the least power of two mapping amax to <= T."""
     return scales_for(amax, fmt, pow2=True)
 
 

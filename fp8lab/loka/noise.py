@@ -84,11 +84,11 @@ def relative_noise(log2v: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray,
 
 def _shift(cand: Candidate, fmt: str, scale_log2_of_amax=None) -> np.ndarray:
     """log2(x/scale) - r' for each frac(log2 amax) bucket (r' = log2|x| - floor(log2 amax))."""
-    fmax = get_format(fmt).finfo.max
-    lf = math.log2(fmax)
+    fi = get_format(fmt).finfo
     fr = f_centers()
     if cand.scaling == "mx":
-        return np.full(F_BINS, float(math.floor(lf)))
+        return np.full(F_BINS, float(math.floor(math.log2(fi.max))))
+    lf = math.log2(fi.scale_target)  # amax maps to the format's scale target
     if cand.pow2:
         return -np.ceil(fr - lf)
     return lf - fr
