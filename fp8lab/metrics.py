@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from .codecs import decode
 from .formats import Format, get_format
 from .qtensor import QTensor
 
@@ -122,86 +123,166 @@ def error_metrics(reference, qt_or_approx, *, fmt=None) -> ErrorMetrics:
     x = np.asarray(reference)
     if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
         x = x.astype(np.float64)
-    x = x.astype(np.float64)
-    scale = 1.0
     if isinstance(qt_or_approx, QTensor):
         qt = qt_or_approx
         if fmt is not None and get_format(fmt) is not qt.format:
             raise ValueError(f"fmt={get_format(fmt).name!r} but the QTensor is {qt.format.name!r}")
         f: Format | None = qt.format
-        y = qt.dequantize(np.float64)
-        scale = qt.expanded_scales().astype(np.float64)
+        yshape = qt.shape
     else:
+        qt = None
         f = get_format(fmt) if fmt is not None else None
-        y = np.asarray(qt_or_approx).astype(np.float64)
-    if y.shape != x.shape:
-        raise ValueError(f"reference has shape {x.shape} but the approximation has shape {y.shape}; "
-                         "expected the same shape")
-    scale = np.broadcast_to(np.asarray(scale, np.float64), x.shape)
-    nan_count = int(np.isnan(x).sum())
-    inf_count = int(np.isinf(x).sum())
-    ok = np.isfinite(x)
-    n = int(ok.sum())
-    xs, ys, ss = x[ok], y[ok], scale[ok]
-    yfinite = np.isfinite(ys)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.where(yfinite, ys - xs, np.inf)
-        ae = np.abs(e)
-        sig = float(np.sum(xs * xs))
-        noise = float(np.sum(ae * ae))
-        dot = float(np.sum(xs * ys)) if yfinite.all() else math.nan
-        ny = float(np.sqrt(np.sum(ys * ys))) if yfinite.all() else math.inf
-    nx = math.sqrt(sig)
-    if noise == 0:
-        sqnr = math.inf
-    elif sig == 0:
-        sqnr = -math.inf
-    else:
-        sqnr = 10 * math.log10(sig / noise) if math.isfinite(noise) else -math.inf
-    rel = _ratio(math.sqrt(noise), nx)
-    if nx == 0 and ny == 0:
-        cosine = 1.0
-    elif nx == 0 or ny == 0:
-        cosine = 0.0
-    elif not math.isfinite(ny):
-        cosine = math.nan
-    else:
-        den = sig * ny * ny
-        den = math.sqrt(den) if math.isfinite(den) and den > 0 else nx * ny
-        cosine = max(-1.0, min(1.0, dot / den))
-    max_abs = float(ae.max()) if n else 0.0
-    nz = xs != 0
-    max_rel = float((ae[nz] / np.abs(xs[nz])).max()) if nz.any() else 0.0
-    # per-row relative errors (rows: all axes but the last)
+        y_all = np.asarray(qt_or_approx)
+        yshape = y_all.shape
+    if tuple(yshape) != x.shape:
+        raise ValueError(f"reference has shape {x.shape} but the approximation has shape "
+                         f"{tuple(yshape)}; expected the same shape")
+    acc = _Accumulator(f, x.ndim)
+    for xs, ys, ss in _chunks(x, qt, None if qt is not None else y_all):
+        acc.add(xs, ys, ss)
+    return acc.result()
+
+
+#: elements per chunk: the float64 temporaries of one chunk stay near 14 MiB, so the peak
+#: memory of error_metrics is the inputs plus a constant (the per-row errors aside).
+CHUNK_ELEMENTS = 1 << 17
+
+
+def _chunks(x: np.ndarray, qt: "QTensor | None", y: "np.ndarray | None"):
+    """(x, y, scale) chunks along the first axis, in float64, each of whole rows."""
     if x.ndim == 0:
-        rows_x, rows_e = xs.reshape(1, -1), e.reshape(1, -1)
-    else:
-        xr = np.where(ok, x, 0.0).reshape(-1, x.shape[-1]) if x.size else np.zeros((0, 1))
-        er = np.zeros_like(xr)
-        er_full = np.zeros(x.shape)
+        yield from _chunks(x.reshape(1), _reshaped(qt), None if y is None else np.asarray(y).reshape(1))
+        return
+    n0 = x.shape[0]
+    per_row = max(1, x.size // max(n0, 1))
+    step = max(1, CHUNK_ELEMENTS // per_row)
+    b0 = qt.scaling.block_shape(qt.shape)[0] if qt is not None else 1
+    step = max(b0, step - step % b0)
+    for i0 in range(0, n0, step):
+        i1 = min(n0, i0 + step)
+        xs = x[i0:i1].astype(np.float64)
+        if qt is not None:
+            bs = qt.scaling.block_shape(qt.shape)
+            sc = qt.scales[i0 // bs[0]: -(-i1 // bs[0])]
+            for ax, b in enumerate(bs):
+                sc = np.repeat(sc, b, axis=ax)
+            sc = sc[(slice(0, i1 - i0),) + tuple(slice(0, d) for d in qt.shape[1:])].astype(np.float64)
+            ys = decode(qt.codes[i0:i1], qt.format, dtype=np.float64) * sc  # exact
+        else:
+            sc = np.ones(1)
+            with np.errstate(invalid="ignore"):
+                ys = y[i0:i1].astype(np.float64)
+        yield xs, ys, np.broadcast_to(sc, xs.shape)
+
+
+def _reshaped(qt):
+    """A 0-d QTensor seen as a 1-element vector (the same codes and scale)."""
+    if qt is None:
+        return None
+    return dataclasses.replace(qt, codes=qt.codes.reshape(1), scales=qt.scales.reshape(1))
+
+
+class _Accumulator:
+    """Sums, maxima, counts and per-row errors over chunks; :meth:`result` finishes."""
+
+    def __init__(self, f: "Format | None", ndim: int):
+        self.f, self.ndim = f, ndim
+        self.n = self.nan_count = self.inf_count = 0
+        self.sig = self.noise = self.dot = self.yy = 0.0
+        self.y_all_finite = True
+        self.max_abs = self.max_rel = 0.0
+        self.over = self.under = self.sat = 0
+        self.ulp_max = 0.0
+        self.row_x: list[np.ndarray] = []
+        self.row_e: list[np.ndarray] = []
+        self.flat_x = self.flat_e = 0.0  # the single row of a 0-d or 1-d reference
+
+    def add(self, x, y, s):
+        nan = np.isnan(x)
+        self.nan_count += int(nan.sum())
+        self.inf_count += int(np.isinf(x).sum())
+        ok = np.isfinite(x)
+        xs, ys, ss = x[ok], y[ok], s[ok]
+        self.n += xs.size
+        yfinite = np.isfinite(ys)
         with np.errstate(invalid="ignore", over="ignore"):
-            er_full[ok] = e
-        er = er_full.reshape(xr.shape) if x.size else er
-        rows_x, rows_e = xr, er
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        rx = np.sqrt(np.sum(rows_x * rows_x, axis=1))
-        re = np.sqrt(np.sum(rows_e * rows_e, axis=1))
-        row_err = np.where(rx > 0, re / np.where(rx > 0, rx, 1.0), np.where(re > 0, np.inf, 0.0))
-    if row_err.size:
-        with np.errstate(invalid="ignore"):  # inf - inf while interpolating between inf rows
-            pct = np.percentile(row_err, [50, 90, 99])
-        p50, p90, p99 = (math.inf if math.isnan(v) else float(v) for v in pct)
-    else:
-        p50 = p90 = p99 = 0.0
-    overflow = _ratio(float((~yfinite).sum()), n)
-    underflow = _ratio(float((nz & (ys == 0)).sum()), n)
-    ulp_max = sat = None
-    if f is not None:
-        ulp_max = float(ulp_distance(xs, ys, f, ss).max()) if n else 0.0
-        top = f.finfo.max * ss
-        past = (f.finfo.max + float(f.overflow_value)) / 2 * ss
-        sat = _ratio(float(((np.abs(xs) >= past) & (np.abs(ys) == top)).sum()), n)
-    return ErrorMetrics(n=n, nan_count=nan_count, inf_count=inf_count, sqnr_db=sqnr, rel_error=rel,
-                        cosine=cosine, max_abs_error=max_abs, max_rel_error=max_rel,
-                        row_p50_error=p50, row_p90_error=p90, p99_row_error=p99, ulp_max=ulp_max,
-                        overflow_frac=overflow, saturated_frac=sat, underflow_frac=underflow)
+            e = np.where(yfinite, ys - xs, np.inf)
+            ae = np.abs(e)
+            self.sig += float(np.sum(xs * xs))
+            self.noise += float(np.sum(ae * ae))
+            if yfinite.all():
+                self.dot += float(np.sum(xs * ys))
+                self.yy += float(np.sum(ys * ys))
+            else:
+                self.y_all_finite = False
+        if xs.size:
+            self.max_abs = max(self.max_abs, float(ae.max()))
+        nz = xs != 0
+        if nz.any():
+            self.max_rel = max(self.max_rel, float((ae[nz] / np.abs(xs[nz])).max()))
+        self.over += int((~yfinite).sum())
+        self.under += int((nz & (ys == 0)).sum())
+        if self.f is not None and xs.size:
+            self.ulp_max = max(self.ulp_max, float(ulp_distance(xs, ys, self.f, ss).max()))
+            top = self.f.finfo.max * ss
+            past = (self.f.finfo.max + float(self.f.overflow_value)) / 2 * ss
+            self.sat += int(((np.abs(xs) >= past) & (np.abs(ys) == top)).sum())
+        # per-row errors (rows: all axes but the last); non-finite x counts as 0 in its row
+        with np.errstate(invalid="ignore", over="ignore"):
+            er = np.zeros(x.shape)
+            er[ok] = e
+            xr = np.where(ok, x, 0.0)
+            if self.ndim <= 1:
+                self.flat_x += float(np.sum(xr * xr))
+                self.flat_e += float(np.sum(er * er))
+            elif x.size:
+                xr, er = xr.reshape(-1, x.shape[-1]), er.reshape(-1, x.shape[-1])
+                self.row_x.append(np.sum(xr * xr, axis=1))
+                self.row_e.append(np.sum(er * er, axis=1))
+
+    def result(self) -> ErrorMetrics:
+        n, sig, noise = self.n, self.sig, self.noise
+        nx = math.sqrt(sig)
+        ny = math.sqrt(self.yy) if self.y_all_finite else math.inf
+        dot = self.dot if self.y_all_finite else math.nan
+        if noise == 0:
+            sqnr = math.inf
+        elif sig == 0:
+            sqnr = -math.inf
+        else:
+            sqnr = 10 * math.log10(sig / noise) if math.isfinite(noise) else -math.inf
+        rel = _ratio(math.sqrt(noise), nx)
+        if nx == 0 and ny == 0:
+            cosine = 1.0
+        elif nx == 0 or ny == 0:
+            cosine = 0.0
+        elif not math.isfinite(ny):
+            cosine = math.nan
+        else:
+            den = sig * ny * ny
+            den = math.sqrt(den) if math.isfinite(den) and den > 0 else nx * ny
+            cosine = max(-1.0, min(1.0, dot / den))
+        if self.ndim <= 1:
+            rx2, re2 = np.array([self.flat_x]), np.array([self.flat_e])
+        elif self.row_x:
+            rx2, re2 = np.concatenate(self.row_x), np.concatenate(self.row_e)
+        else:
+            rx2 = re2 = np.zeros(0)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            rx, re = np.sqrt(rx2), np.sqrt(re2)
+            row_err = np.where(rx > 0, re / np.where(rx > 0, rx, 1.0), np.where(re > 0, np.inf, 0.0))
+        if row_err.size:
+            with np.errstate(invalid="ignore"):  # inf - inf while interpolating between inf rows
+                pct = np.percentile(row_err, [50, 90, 99])
+            p50, p90, p99 = (math.inf if math.isnan(v) else float(v) for v in pct)
+        else:
+            p50 = p90 = p99 = 0.0
+        has_f = self.f is not None
+        return ErrorMetrics(
+            n=n, nan_count=self.nan_count, inf_count=self.inf_count, sqnr_db=sqnr, rel_error=rel,
+            cosine=cosine, max_abs_error=self.max_abs, max_rel_error=self.max_rel,
+            row_p50_error=p50, row_p90_error=p90, p99_row_error=p99,
+            ulp_max=(self.ulp_max if n else 0.0) if has_f else None,
+            overflow_frac=_ratio(float(self.over), n),
+            saturated_frac=_ratio(float(self.sat), n) if has_f else None,
+            underflow_frac=_ratio(float(self.under), n))

@@ -99,3 +99,42 @@ def test_bad_input():
     qt = quantize(np.ones(3), "e4m3")
     with pytest.raises(ValueError, match="fmt='e5m2' but the QTensor is 'e4m3'"):
         error_metrics(np.ones(3), qt, fmt="e5m2")
+
+
+def test_chunked_accumulation_equals_one_pass(monkeypatch):
+    """error_metrics streams over chunks of rows; the chunk size must not change the result
+    beyond summation order (1e-12 relative), including NaN/Inf inputs and every recipe."""
+    import math
+    import fp8lab.metrics as M
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((37, 5, 29)) * np.exp(rng.uniform(-6, 6, (37, 5, 29)))).astype(np.float32)
+    x[3, 1, 4], x[20, 0, 0], x[36, 4, 28] = np.nan, np.inf, -np.inf
+    for sc in ("tensor", "channel", "block:8", "tile:4"):
+        qt = fp8lab.quantize(x, "e4m3", scaling=sc)
+        whole = M.error_metrics(x, qt).to_dict()
+        monkeypatch.setattr(M, "CHUNK_ELEMENTS", 100)
+        parts = M.error_metrics(x, qt).to_dict()
+        monkeypatch.undo()
+        for k, v in whole.items():
+            w = parts[k]
+            if isinstance(v, float) and math.isnan(v):
+                assert math.isnan(w), k
+            else:
+                assert w == pytest.approx(v, rel=1e-12, abs=0), (sc, k)
+
+
+def test_zero_dimensional_input():
+    m = error_metrics(np.float32(3.1), fp8lab.quantize(np.float32(3.1), "e4m3"))
+    assert m.n == 1 and m.rel_error < 2.0**-4 and m.p99_row_error == m.rel_error
+
+
+def test_peak_memory_is_a_constant_beyond_the_inputs():
+    import tracemalloc
+    x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)  # 16 MiB
+    qt = fp8lab.quantize(x, "e4m3", scaling="block")
+    error_metrics(x, qt)  # warm-up (compilation)
+    tracemalloc.start()
+    error_metrics(x, qt)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1.5 * x.nbytes, peak  # about 6 MiB of per-chunk temporaries; was ~34x x.nbytes
