@@ -274,6 +274,25 @@ def _resolve_scaling(scaling) -> Scaling | DelayedScaling:
     return Scaling.parse(scaling)
 
 
+def _resolve_call(fmt, scaling, rounding, saturate, seed):
+    """Validate quantize's arguments (shared by the CPU and GPU quantize).
+
+    Returns (format, Scaling, DelayedScaling or None, rounding mode, saturate)."""
+    f = get_format(fmt)
+    sc = _resolve_scaling(scaling)
+    delayed = sc if isinstance(sc, DelayedScaling) else None
+    if delayed is not None:
+        sc = delayed.scaling
+    sc.check_format(f)
+    mode = resolve_rounding(f, rounding)
+    _check_seed(seed, mode)
+    if saturate is None:
+        saturate = sc.kind == "mx" and not sc.round_up
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise ValueError(f"saturate must be a bool or None, got {saturate!r}")
+    return f, sc, delayed, mode, bool(saturate)
+
+
 def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None,
              scales=None) -> QTensor:
     """Quantize ``x`` into format ``fmt`` with a scaling recipe: ``x ~= decode(codes) * scale``.
@@ -308,18 +327,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None,
     A block with no nonzero finite element gets scale 1. NaN elements encode as NaN, +-Inf as the
     format's overflow (Inf, NaN or +-max when saturating); neither affects the block's scale.
     """
-    f = get_format(fmt)
-    sc = _resolve_scaling(scaling)
-    delayed = sc if isinstance(sc, DelayedScaling) else None
-    if delayed is not None:
-        sc = delayed.scaling
-    sc.check_format(f)
-    mode = resolve_rounding(f, rounding)
-    _check_seed(seed, mode)
-    if saturate is None:
-        saturate = sc.kind == "mx" and not sc.round_up
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise ValueError(f"saturate must be a bool or None, got {saturate!r}")
+    f, sc, delayed, mode, saturate = _resolve_call(fmt, scaling, rounding, saturate, seed)
     src = _as_float_array(x)
     src_dtype = src.dtype
     arr = _float_input(src)

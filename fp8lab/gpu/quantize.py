@@ -18,9 +18,8 @@ import dataclasses
 
 import numpy as np
 
-from ..codecs import _check_seed, resolve_rounding
-from ..formats import Format, get_format
-from ..scaling import DelayedScaling, Scaling, compute_scale
+from ..formats import Format
+from ..scaling import Scaling, compute_scale
 
 __all__ = ["quantize", "GPUQTensor"]
 
@@ -80,21 +79,10 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     arguments, same codes and scales bit for bit; returns a :class:`GPUQTensor`."""
     import cupy as cp
 
-    from ..qtensor import _geometry, _resolve_scaling
+    from ..qtensor import _geometry, _resolve_call
     from .codecs import _as_cupy, encode
 
-    f = get_format(fmt)
-    sc = _resolve_scaling(scaling)
-    delayed = sc if isinstance(sc, DelayedScaling) else None
-    if delayed is not None:
-        sc = delayed.scaling
-    sc.check_format(f)
-    mode = resolve_rounding(f, rounding)
-    _check_seed(seed, mode)
-    if saturate is None:
-        saturate = sc.kind == "mx" and not sc.round_up
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise ValueError(f"saturate must be a bool or None, got {saturate!r}")
+    f, sc, delayed, mode, saturate = _resolve_call(fmt, scaling, rounding, saturate, seed)
     x = _as_cupy(x)
     if x.dtype not in (cp.float64, cp.float32, cp.float16):
         raise TypeError(f"x must be a float64, float32 or float16 CuPy array, got {x.dtype}")
