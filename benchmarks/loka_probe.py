@@ -15,7 +15,6 @@ import numpy as np
 from scipy import stats
 
 from fp8lab.loka import Candidate, Posterior, Site, SiteStats, measure, predict
-from fp8lab.loka.stats import OperandStats
 from fp8lab.loka.suite import DISTRIBUTIONS, make_operands
 
 

@@ -28,7 +28,7 @@ def results_table(res: dict) -> str:
     """The results as a markdown table (mean ± sample standard deviation over seeds)."""
     summ = res["summary"]
     n = len(res["config"]["seeds"])
-    lines = [f"| run | AUC | logloss | NE | logloss vs float32 (paired) | GEMM FLOPs in 8 bits |",
+    lines = ["| run | AUC | logloss | NE | logloss vs float32 (paired) | GEMM FLOPs in 8 bits |",
              "|---|---|---|---|---|---|"]
     for mode in res["config"]["modes"]:
         s = summ.get(mode)
