@@ -260,55 +260,16 @@ __global__ void __launch_bounds__(256) transpose_u8(const u8* __restrict__ B, u8
     }
 }
 
-// Codes (rows x K, row stride lds bytes) -> fp16 (rows x ldd halves, ldd >= K, a multiple of 8)
-// through the format's 256-entry fp16 table; columns K..ldd-1 are written as zeros. 8 codes per
-// thread per step (16 bytes out), grid-stride.
-__global__ void __launch_bounds__(256) decode_f16_rows(const u8* __restrict__ src, u16* __restrict__ dst,
-                                                       int rows, int K, int lds, int ldd,
-                                                       const u16* __restrict__ tab) {
-    __shared__ u16 t[256];
-    t[threadIdx.x] = tab[threadIdx.x];
-    __syncthreads();
-    const int cpr = ldd >> 3;
-    const size_t total = (size_t)rows * cpr;
-    const bool vec = (lds & 7) == 0 && ((size_t)src & 7) == 0;
-    for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (size_t)gridDim.x * blockDim.x) {
-        const int r = (int)(w / cpr), k = (int)(w % cpr) * 8;
-        const u8* p = src + (size_t)r * lds + k;
-        u32 lo = 0, hi = 0;
-        if (vec && k + 8 <= K) {
-            const uint2 v = *reinterpret_cast<const uint2*>(p);
-            lo = v.x; hi = v.y;
-        } else {
-            for (int i = 0; i < 8; i++) {
-                const u32 c = k + i < K ? p[i] : 0u;
-                if (i < 4) lo |= c << (8 * i); else hi |= c << (8 * (i - 4));
-            }
-        }
-        uint4 o;
-        o.x = (u32)t[lo & 0xFF] | ((u32)t[(lo >> 8) & 0xFF] << 16);
-        o.y = (u32)t[(lo >> 16) & 0xFF] | ((u32)t[lo >> 24] << 16);
-        o.z = (u32)t[hi & 0xFF] | ((u32)t[(hi >> 8) & 0xFF] << 16);
-        o.w = (u32)t[(hi >> 16) & 0xFF] | ((u32)t[hi >> 24] << 16);
-        if (k + 8 > K) {  // zero the padding (code 0 may not decode to +0 in every format)
-            u32 m[4] = {o.x, o.y, o.z, o.w};
-            for (int i = 0; i < 8; i++) if (k + i >= K) m[i >> 1] &= (i & 1) ? 0x0000FFFFu : 0xFFFF0000u;
-            o = make_uint4(m[0], m[1], m[2], m[3]);
-        }
-        *reinterpret_cast<uint4*>(dst + (size_t)r * ldd + k) = o;
-    }
-}
-
-// Both operands of an f16 GEMM in one launch: A codes (rowsA x K, stride lda) -> dA and B codes
-// (rowsB x K, stride ldb) -> dB, each (rows x ldd halves, zero padding), through their formats'
-// fp16 tables tA / tB. Work item w < rowsA * ldd/8 is A's, the rest B's; 8 codes per item, as
-// decode_f16_rows (one launch and one table load instead of two).
+// Decode the 8 codes at row r, columns k..k+7 (zeros past K) into 16 bytes of fp16; STREAM
+// marks the codes as read once (ld.global.cs).
+template <bool STREAM>
 __device__ __forceinline__ void decode8_f16(const u8* __restrict__ src, u16* __restrict__ dst, int r, int k,
                                             int K, int lds, int ldd, bool vec, const u16* t) {
     const u8* p = src + (size_t)r * lds + k;
     u32 lo = 0, hi = 0;
     if (vec && k + 8 <= K) {
-        const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p));
+        const uint2 v = STREAM ? __ldcs(reinterpret_cast<const uint2*>(p))
+                               : *reinterpret_cast<const uint2*>(p);
         lo = v.x; hi = v.y;
     } else {
         for (int i = 0; i < 8; i++) {
@@ -329,6 +290,28 @@ __device__ __forceinline__ void decode8_f16(const u8* __restrict__ src, u16* __r
     *reinterpret_cast<uint4*>(dst + (size_t)r * ldd + k) = o;
 }
 
+// Codes (rows x K, row stride lds bytes) -> fp16 (rows x ldd halves, ldd >= K, a multiple of 8)
+// through the format's 256-entry fp16 table; columns K..ldd-1 are written as zeros. 8 codes per
+// thread per step (16 bytes out), grid-stride.
+__global__ void __launch_bounds__(256) decode_f16_rows(const u8* __restrict__ src, u16* __restrict__ dst,
+                                                       int rows, int K, int lds, int ldd,
+                                                       const u16* __restrict__ tab) {
+    __shared__ u16 t[256];
+    t[threadIdx.x] = tab[threadIdx.x];
+    __syncthreads();
+    const int cpr = ldd >> 3;
+    const size_t total = (size_t)rows * cpr;
+    const bool vec = (lds & 7) == 0 && ((size_t)src & 7) == 0;
+    for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (size_t)gridDim.x * blockDim.x) {
+        decode8_f16<false>(src, dst, (int)(w / cpr), (int)(w % cpr) * 8, K, lds, ldd, vec, t);
+    }
+}
+
+// Both operands of an f16 GEMM in one launch: A codes (rowsA x K, stride lda) -> dA and B codes
+// (rowsB x K, stride ldb) -> dB, each (rows x ldd halves, zero padding), through their formats'
+// fp16 tables tA / tB. Work item w < rowsA * ldd/8 is A's, the rest B's; 8 codes per item, as
+// decode_f16_rows (one launch and one table load instead of two).
+
 __global__ void __launch_bounds__(256) decode_f16_pair(const u8* __restrict__ srcA, u16* __restrict__ dA, int rowsA,
                                                        int lda, const u8* __restrict__ srcB, u16* __restrict__ dB,
                                                        int rowsB, int ldb, int K, int ldd,
@@ -342,10 +325,10 @@ __global__ void __launch_bounds__(256) decode_f16_pair(const u8* __restrict__ sr
     const bool va = (lda & 7) == 0 && ((size_t)srcA & 7) == 0;
     const bool vb = (ldb & 7) == 0 && ((size_t)srcB & 7) == 0;
     for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (size_t)gridDim.x * blockDim.x) {
-        if (w < na) decode8_f16(srcA, dA, (int)(w / cpr), (int)(w % cpr) * 8, K, lda, ldd, va, t);
+        if (w < na) decode8_f16<true>(srcA, dA, (int)(w / cpr), (int)(w % cpr) * 8, K, lda, ldd, va, t);
         else {
             const size_t v = w - na;
-            decode8_f16(srcB, dB, (int)(v / cpr), (int)(v % cpr) * 8, K, ldb, ldd, vb, t + 256);
+            decode8_f16<true>(srcB, dB, (int)(v / cpr), (int)(v % cpr) * 8, K, ldb, ldd, vb, t + 256);
         }
     }
 }
