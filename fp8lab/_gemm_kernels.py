@@ -14,12 +14,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
+from llvmlite import ir as llvm_ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ._jit import jit
 
-MB = 16     # rows of A per work item of the fp32 kernel
+MB = 16     # rows of A per work item of the reduced-accumulator fp32 kernel
 NT = 128   # columns per tile (the accumulators of one work item stay in L1)
+MR = 6      # register tile of the float32-accumulator kernel: MR rows x NR columns,
+NR = 16     # 12 vectors of 8 float32 (AVX2's 16 registers hold them, B's two vectors and a)
+MBF = 48    # rows of A per work item of the float32-accumulator kernel (a multiple of MR)
 NPARTS = 96  # capacity of a float64 expansion (exponents of all terms span < 1100 bits)
 
 
@@ -46,16 +52,85 @@ def round_odd(t, err):
     return t + step if err > 0.0 else t - step
 
 
-@jit(inline="always")
-def fma32(p, s, c):
-    """fl32(p * s + c) rounded once (p, s, c float32 values; p * s is exact in float64)."""
-    prod = np.float64(p) * np.float64(s)
-    t, err = two_sum(np.float64(c), prod)
-    if err == 0.0:
-        return np.float32(t)  # the sum is exact in float64: one rounding
-    if not math.isfinite(t):
-        return np.float32(np.float64(c) + prod)
-    return np.float32(round_odd(t, err))
+@intrinsic
+def fma32(typingctx, p, s, c):
+    """fl32(p * s + c) rounded once: LLVM's ``llvm.fma.f32`` (the FMA instruction where the CPU
+    has one, else the C library's correctly rounded ``fmaf``). Vectorizes."""
+    if not all(t == types.float32 for t in (p, s, c)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = llvm_ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f], llvm_ir.FunctionType(f, [f, f, f]))
+        return builder.call(fn, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+def _make_microkernel(mr, nr, width=8):
+    """``tile(ap, aoff, bp, boff, nk, cbuf)``: the float32 partial sums of an mr x nr tile.
+
+    ``ap[aoff + t*mr + r]`` is A[i0 + r, k0 + t] and ``bp[boff + t*nr + c]`` is B[j0 + c, k0 + t]
+    (operands packed by :func:`fp8lab.gemm`); for every t in increasing order each accumulator
+    does ``acc = fl32(acc + fl32(a * b))`` (IEEE float32 multiply and add, no contraction), then
+    the tile is stored to ``cbuf`` (row-major). Written as LLVM IR so the mr * nr / width vector
+    accumulators stay in registers for the whole K-run: the order of operations per output is
+    exactly the scalar loop's, only several outputs advance at once.
+    """
+    nv = nr // width
+
+    @intrinsic
+    def tile(typingctx, ap, aoff, bp, boff, nk, cbuf):
+        f32 = types.Array(types.float32, 1, "C")
+        if not (ap == f32 and bp == f32 and cbuf == f32):
+            return None
+        sig = types.void(ap, types.intp, bp, types.intp, types.intp, cbuf)
+
+        def codegen(context, builder, signature, args):
+            apv, aoffv, bpv, boffv, nkv, cbv = args
+            a_arr = context.make_array(signature.args[0])(context, builder, apv)
+            b_arr = context.make_array(signature.args[2])(context, builder, bpv)
+            c_arr = context.make_array(signature.args[5])(context, builder, cbv)
+            vt = llvm_ir.VectorType(llvm_ir.FloatType(), width)
+            i32 = llvm_ir.IntType(32)
+            intp = context.get_value_type(types.intp)
+
+            def const(v):
+                return llvm_ir.Constant(intp, v)
+
+            def vec_ptr(base, offset):
+                return builder.bitcast(builder.gep(base, [const(offset)]), vt.as_pointer())
+
+            accs = [cgutils.alloca_once_value(builder, llvm_ir.Constant(vt, [0.0] * width))
+                    for _ in range(mr * nv)]  # promoted to registers by LLVM
+            a0 = builder.gep(a_arr.data, [aoffv])
+            b0 = builder.gep(b_arr.data, [boffv])
+            undef = llvm_ir.Constant(vt, llvm_ir.Undefined)
+            splat = llvm_ir.Constant(llvm_ir.VectorType(i32, width), [0] * width)
+            with cgutils.for_range(builder, nkv) as loop:
+                brow = builder.gep(b0, [builder.mul(loop.index, const(nr))])
+                bvec = [builder.load(vec_ptr(brow, v * width), align=4) for v in range(nv)]
+                arow = builder.gep(a0, [builder.mul(loop.index, const(mr))])
+                for r in range(mr):
+                    a = builder.load(builder.gep(arow, [const(r)]), align=4)
+                    av = builder.shuffle_vector(
+                        builder.insert_element(undef, a, llvm_ir.Constant(i32, 0)), undef, splat)
+                    for v in range(nv):
+                        acc = accs[r * nv + v]
+                        builder.store(builder.fadd(builder.load(acc), builder.fmul(av, bvec[v])),
+                                      acc)
+            for r in range(mr):
+                for v in range(nv):
+                    builder.store(builder.load(accs[r * nv + v]),
+                                  vec_ptr(c_arr.data, r * nr + v * width), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_tile_fp32 = _make_microkernel(MR, NR)
 
 
 @jit(inline="always")
@@ -85,7 +160,58 @@ def round_sig(t, err, p, nearest):
 
 
 @jit
-def _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out):
+def _fp32_rows(ib, Ap, Bp, M, N, K, seg, nseg, ka, kb, sa, sb, bM, bN, out):
+    """Rows ib*MBF .. of the "fp32" model with a float32 inner accumulator (packed operands)."""
+    i_lo = ib * MBF
+    rows = min(M, i_lo + MBF) - i_lo
+    ntiles = (rows + MR - 1) // MR
+    cbuf = np.empty(MR * NR, np.float32)
+    main = np.empty((ntiles * MR, NR), np.float32)
+    sbj = np.empty(NR, np.float32)
+    for jp in range((N + NR - 1) // NR):
+        j0 = jp * NR
+        main[:, :] = 0.0
+        for s in range(nseg):
+            k0 = seg[s]
+            for c in range(NR):
+                sbj[c] = sb[min(j0 + c, N - 1) // bN, kb[s]]
+            for t in range(ntiles):
+                i0 = i_lo + t * MR
+                _tile_fp32(Ap, (i0 // MR) * K * MR + k0 * MR, Bp, jp * K * NR + k0 * NR,
+                           seg[s + 1] - k0, cbuf)
+                for r in range(MR):
+                    sar = sa[min(i0 + r, M - 1) // bM, ka[s]]
+                    mrow = main[t * MR + r]
+                    for c in range(NR):  # fl32(sa * sb): float32 multiplication rounds once
+                        mrow[c] = fma32(cbuf[r * NR + c], sar * sbj[c], mrow[c])
+        for i in range(rows):
+            for c in range(min(NR, N - j0)):
+                out[i_lo + i, j0 + c] = main[i, c]
+
+
+@jit(parallel=True)
+def gemm_fp32(Ap, Bp, M, N, K, seg, nseg, ka, kb, sa, sb, bM, bN, out):
+    """The "fp32" model with a float32 inner accumulator.
+
+    Ap, Bp: decoded (unscaled) float32 operands packed by :func:`pack`: A in MR-row panels,
+    B (N, K) in NR-row panels, so one tile's K-run of either operand is contiguous.
+    """
+    for ib in prange((M + MBF - 1) // MBF):
+        _fp32_rows(ib, Ap, Bp, M, N, K, seg, nseg, ka, kb, sa, sb, bM, bN, out)
+
+
+def pack(x, rows_per_panel):
+    """(R, K) float32 -> flat panels: element [p, k, r] is x[p * rows_per_panel + r, k] (zero pad)."""
+    R, K = x.shape
+    Rp = -(-R // rows_per_panel) * rows_per_panel
+    padded = np.zeros((Rp, K), np.float32)
+    padded[:R] = x
+    return np.ascontiguousarray(
+        padded.reshape(Rp // rows_per_panel, rows_per_panel, K).transpose(0, 2, 1)).reshape(-1)
+
+
+@jit
+def _reduced_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out):
     m0 = mb * MB
     m1 = min(M, m0 + MB)
     acc = np.zeros((MB, NT), np.float32)
@@ -99,45 +225,37 @@ def _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, neares
         for s in range(nseg):
             k0 = seg[s]
             k1 = seg[s + 1]
-            if amb < 0:
-                acc[:, :] = 0.0
-                for k in range(k0, k1):
-                    brow = Bt[k, n0:n1]
-                    for i in range(m1 - m0):
-                        a = Av[m0 + i, k]
-                        arow = acc[i]
-                        for j in range(nn):  # independent outputs: vectorizes over j
-                            arow[j] = arow[j] + a * brow[j]
-            else:
-                accd[:, :] = 0.0
-                for k in range(k0, k1):
-                    for i in range(m1 - m0):
-                        a = Av[m0 + i, k]
-                        for j in range(nn):
-                            t, err = two_sum(accd[i, j], np.float64(a * Bt[k, n0 + j]))
-                            accd[i, j] = round_sig(t, err, amb + 1, nearest)
+            accd[:, :] = 0.0
+            for k in range(k0, k1):
                 for i in range(m1 - m0):
+                    a = Av[m0 + i, k]
                     for j in range(nn):
-                        acc[i, j] = np.float32(accd[i, j])
+                        t, err = two_sum(accd[i, j], np.float64(a * Bt[k, n0 + j]))
+                        accd[i, j] = round_sig(t, err, amb + 1, nearest)
+            for i in range(m1 - m0):
+                for j in range(nn):
+                    acc[i, j] = np.float32(accd[i, j])
             for j in range(nn):
                 sbj[j] = sb[(n0 + j) // bN, kb[s]]
             for i in range(m1 - m0):
-                sai = np.float64(sa[(m0 + i) // bM, ka[s]])
+                sai = sa[(m0 + i) // bM, ka[s]]
                 arow = acc[i]
                 mrow = main[i]
                 for j in range(nn):
-                    sc = np.float32(sai * np.float64(sbj[j]))
-                    mrow[j] = fma32(arow[j], sc, mrow[j])
+                    mrow[j] = fma32(arow[j], sai * sbj[j], mrow[j])
         for i in range(m1 - m0):
             for j in range(nn):
                 out[m0 + i, n0 + j] = main[i, j]
 
 
 @jit(parallel=True)
-def gemm_fp32(Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out):
-    """The "fp32" model; Av (M, K) and Bt (K, N): decoded values (float32, unscaled)."""
+def gemm_fp32_reduced(Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out):
+    """The "fp32" model with a reduced-precision inner accumulator of amb mantissa bits.
+
+    Av (M, K) and Bt (K, N): decoded values (float32, unscaled).
+    """
     for mb in prange((M + MB - 1) // MB):
-        _fp32_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out)
+        _reduced_block(mb, Av, Bt, M, N, seg, nseg, ka, kb, sa, sb, bM, bN, amb, nearest, out)
 
 
 @jit(inline="always")

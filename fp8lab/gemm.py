@@ -175,9 +175,13 @@ def gemm(a_q: QTensor, b_q: QTensor, *, accumulate: str = "exact", out_dtype=np.
         seg, ka, kb = _segments(K, bKa, bKb, promote_interval)
         av = a_q.format.decode_table("float32")[a_q.codes]
         bv = b_q.format.decode_table("float32")[b_q.codes]
-        bt = np.ascontiguousarray(bv.T if layout == "NT" else bv)
-        GK.gemm_fp32(av, bt, M, N, seg, len(seg) - 1, ka, kb, sa, sb, bM, bN,
-                     -1 if amb is None else int(amb), accumulator_rounding == "nearest_even", out)
+        if amb is None:
+            GK.gemm_fp32(GK.pack(av, GK.MR), GK.pack(bv if layout == "NT" else bv.T, GK.NR),
+                         M, N, K, seg, len(seg) - 1, ka, kb, sa, sb, bM, bN, out)
+        else:
+            bt = np.ascontiguousarray(bv.T if layout == "NT" else bv)
+            GK.gemm_fp32_reduced(av, bt, M, N, seg, len(seg) - 1, ka, kb, sa, sb, bM, bN,
+                                 int(amb), accumulator_rounding == "nearest_even", out)
         return out if dt == np.float32 else round_from_float64(out.astype(np.float64), dt)
     seg, ka, kb = _segments(K, bKa, bKb, _SEG_MAX)
     TA, lsb_a, max_a = _int_table(a_q.format)

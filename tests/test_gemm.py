@@ -146,6 +146,23 @@ def test_fp32_equals_its_documented_model(data, m, n, k, promote, amb, nearest):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("m,n,k,recipe_a,recipe_b", [
+    (13, 37, 300, "block:128", "tile:128"),   # 3 row tiles, 3 column tiles, 3 segments
+    (50, 17, 130, "channel", "tensor"),       # crosses a work item (48 rows)
+    (7, 16, 129, "tensor", "block:64"),
+])
+def test_fp32_tiles_equal_the_model(m, n, k, recipe_a, recipe_b):
+    """Shapes that end inside the kernel's register tiles and work items, every output checked."""
+    rng = np.random.default_rng(m * 1000 + n)
+    x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-6, 6, (m, k)))
+    y = rng.standard_normal((n, k)) * np.exp2(rng.integers(-6, 6, (n, k)))
+    a = quantize(x, "e4m3", scaling=recipe_a)
+    b = quantize(y, "e5m2", scaling=recipe_b)
+    got = gemm(a, b, accumulate="fp32")
+    want = fp32_model(a, b)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("hif8", "hif8"),
                                    ("e4m3fnuz", "e5m2fnuz")])
 @pytest.mark.parametrize("amb,promote", [(None, None), (13, None), (13, 128), (7, 32)])
