@@ -20,6 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._jit import jit
+from ._kernels import fma32
 
 MB = 16     # rows of A per work item of the reduced-accumulator fp32 kernel
 NT = 128   # columns per tile (the accumulators of one work item stay in L1)
@@ -50,21 +51,6 @@ def round_odd(t, err):
     if toward_zero and abs(m) == 0.5:
         step = math.ldexp(1.0, e - 54)  # below a power of two the spacing halves
     return t + step if err > 0.0 else t - step
-
-
-@intrinsic
-def fma32(typingctx, p, s, c):
-    """fl32(p * s + c) rounded once: LLVM's ``llvm.fma.f32`` (the FMA instruction where the CPU
-    has one, else the C library's correctly rounded ``fmaf``). Vectorizes."""
-    if not all(t == types.float32 for t in (p, s, c)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        f = llvm_ir.FloatType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [f], llvm_ir.FunctionType(f, [f, f, f]))
-        return builder.call(fn, args)
-
-    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 def _make_microkernel(mr, nr, width=8):

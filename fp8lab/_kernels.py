@@ -24,7 +24,9 @@ Two encoders, both driven only by a format's :class:`~fp8lab.formats.BinadeTable
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from llvmlite import ir as llvm_ir
+from numba import prange, types
+from numba.extending import intrinsic
 
 from ._jit import jit
 
@@ -35,6 +37,21 @@ MODE_CODES = {"nearest_even": 0, "nearest_away": 1, "toward_zero": 2, "stochasti
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+
+
+@intrinsic
+def fma32(typingctx, p, s, c):
+    """fl32(p * s + c) rounded once: LLVM's ``llvm.fma.f32`` (the FMA instruction where the CPU
+    has one, else the C library's correctly rounded ``fmaf``). Vectorizes."""
+    if not all(t == types.float32 for t in (p, s, c)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = llvm_ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f], llvm_ir.FunctionType(f, [f, f, f]))
+        return builder.call(fn, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 @jit(inline="always")

@@ -23,6 +23,11 @@ sticky bit for what was cut::
 the same side of every rounding boundary. Finite ``q >= 2^128`` becomes float32's largest finite
 value (a finite overflow, as it is); NaN and Inf pass through.
 
+Float32 input with a block scale >= 2^-60 (deterministic modes) takes a faster route to the same
+codes: ``q = fl32(x / s)`` and the exact residual ``fl32(q * s - x)`` (one fma) give the truncated
+float32 and its sticky bit without float64 arithmetic (see ``_encode_f32_block``); the tests
+compare both routes with ``encode(fl64(x / s))`` on every float32 high half.
+
 Stochastic rounding uses the generic encoder on the float64 bits, with element ``i``'s random bits
 keyed by its C-order index, as :func:`fp8lab.encode` does.
 """
@@ -35,10 +40,11 @@ import numpy as np
 from numba import prange
 
 from ._jit import jit
-from ._kernels import encode_one
+from ._kernels import encode_one, fma32
 
 _INF = np.inf
 _F64_INF_BITS = 0x7FF << 52  # float64 exponent all ones
+_F32_PATH_MIN_SCALE = np.float32(2.0 ** -60)
 
 
 @jit(inline="always")
@@ -113,18 +119,56 @@ def _row_amax(xb, base, C, BC, nbC, amax, mask, inf):
 
 
 @jit(inline="always")
+def _encode_f32_block(x, s, f32, u32, res, idx, out, table):
+    """Deterministic modes, float32 x, scale s >= 2^-60: the same codes as the float64 path.
+
+    q = fl32(x / s) and r = fl32(q * s - x) (one fma) give the direction of the rounding: with
+    |x| >= 2^-100 the residual is exactly representable, so r is the exact q * s - x, zero iff
+    q == x / s, of the sign of q - x / s. Smaller nonzero |x| has |x / s| < 2^-40, below every
+    8-bit format's smallest half-step, where only the sign and nonzero-ness of q matter (a
+    residual that underflows leaves q itself nonzero, or q == 0 with r == -x != 0). A finite
+    x / s >= 2^128 gives q = Inf and r = Inf: stepped toward zero it is float32's largest finite
+    value with the sticky bit, as in the float64 path; x = +-Inf gives r = NaN: no step, no
+    sticky bit. Three loops over views from index 0 (so that LLVM sees non-negative
+    indices): the first two vectorize, the table lookup cannot.
+    """
+    n = x.size
+    for c in range(n):
+        xv = np.float32(x[c])  # x is float32 here (float64 arrays compile this path, never run it)
+        q = xv / s
+        f32[c] = q
+        res[c] = fma32(q, s, -xv)
+    for c in range(n):
+        q = f32[c]
+        r = res[c]
+        rp = r > 0.0
+        rn = r < 0.0  # branch-free: the signs are data, unpredictable
+        b = u32[c] - np.uint32((rp & (q > 0.0)) | (rn & (q < 0.0)))  # |q| > |x / s|: truncate
+        st = np.uint32(rp | rn) | np.uint32((b & np.uint32(0xFFFF)) != 0)
+        idx[c] = ((b >> np.uint32(15)) & np.uint32(0x1FFFE)) | st
+    for c in range(n):
+        out[c] = table[idx[c]]
+
+
+@jit(inline="always")
 def _encode_row(x, base, C, BC, nbC, scales, sbase, buf, f32, u32, out, table, mode, sat, e_low,
                 e_max, top_count, mbits, base_tab, codes, key, offset):
+    res = buf.view(np.float32)[:C]
+    idx = buf.view(np.uint32)[C:]
     for j in range(nbC):
         c0 = j * BC
         c1 = min(C, c0 + BC)
+        if mode != 3 and x.itemsize == 4 and scales[sbase + j] >= _F32_PATH_MIN_SCALE:
+            _encode_f32_block(x[base + c0:base + c1], np.float32(scales[sbase + j]), f32, u32, res,
+                              idx, out[base + c0:base + c1], table)
+            continue
         s = np.float64(scales[sbase + j])
         for c in range(c0, c1):
             q = np.float64(x[base + c]) / s
             buf[c] = q
             f32[c] = np.float32(q)
-    _encode_buf(buf, f32, u32, C, out, base, table, mode, sat, e_low, e_max, top_count, mbits,
-                base_tab, codes, key, offset + base)
+        _encode_buf(buf[c0:c1], f32[c0:c1], u32[c0:c1], c1 - c0, out, base + c0, table, mode, sat,
+                    e_low, e_max, top_count, mbits, base_tab, codes, key, offset + base + c0)
 
 
 @jit(inline="always")

@@ -80,6 +80,45 @@ def test_float32_quotient_is_correctly_rounded(fmt):
         assert qt.codes.tolist() == want
 
 
+def _float32_sweep() -> np.ndarray:
+    """Every float32 high half (sign, exponent, 7 mantissa bits) with five low halves."""
+    hi = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
+    lows = np.array([0, 1, 0x7FFF, 0x8000, 0xFFFF], np.uint32)
+    return (hi[:, None] | lows[None, :]).reshape(-1).view(np.float32)
+
+
+# Scales on both sides of the float32 path's 2^-60 limit, non-powers of two, and scales with
+# which finite inputs overflow float32 (x / s >= 2^128) or underflow it.
+SWEEP_SCALES = [1.0, 3.0, 0.7, 448 / 1.7, 2.0**-60, 1.5 * 2.0**-60, 2.0**-61 * 1.9, 2.0**-127,
+                2.0**100 * 1.3, 2.0**127]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_float32_path_on_every_high_half(fmt):
+    """Float32 input, deterministic modes: codes == encode(fl64(x / s)) on a dense sweep."""
+    x = _float32_sweep()
+    with np.errstate(invalid="ignore"):  # signalling NaNs become quiet
+        x64 = x.astype(np.float64)
+    for s in SWEEP_SCALES:
+        s32 = np.float32(s)
+        for rounding in ROUNDINGS:
+            for sat in (False, True):
+                qt = quantize(x, fmt, scaling="tensor", scales=np.array([s32]), rounding=rounding,
+                              saturate=sat)
+                want = fp8lab.encode(x64 / np.float64(s32), fmt, rounding=rounding, saturate=sat)
+                assert np.array_equal(qt.codes, want), (s, rounding, sat)
+
+
+def test_float32_and_float64_paths_in_one_row():
+    """Blocks of one row alternate between the float32 path and the float64 one (tiny scale)."""
+    x = _float32_sweep()[: 1 << 18]
+    scales = np.where(np.arange(x.size // 64) % 2 == 0, 0.37, 2.0**-70).astype(np.float32)
+    qt = quantize(x, "e4m3", scaling="block:64", scales=scales)
+    s = np.repeat(scales, 64).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(qt.codes, fp8lab.encode(x.astype(np.float64) / s, "e4m3"))
+
+
 @pytest.mark.parametrize("sc", ["block:128", "tile:128", "channel:0", "channel", "block:100,axis=0",
                                 "tile:7", "mx:32"])
 def test_ragged_block_boundaries(sc):
