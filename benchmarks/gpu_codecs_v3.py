@@ -94,6 +94,47 @@ def check_encode(cp, G, fp8lab):
     return tot
 
 
+def check_cvt(cp, G, fp8lab):
+    """fp8_encode_cvt (hardware conversion, e4m3/e5m2 nearest even): all 2^32 float32 inputs x
+    saturate x launch variants against the CPU's float32 table, plus a misaligned and a ragged
+    array (scalar tail)."""
+    from fp8lab.codecs import _lut
+    from fp8lab.formats import get_format
+    ew = cp.ElementwiseKernel("uint32 u, uint8 c, raw uint8 lut", "bool m",
+                              "m = lut[((u >> 15) & 0x1FFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)] != c",
+                              "fp8lab_lut_mism")
+    base = cp.arange(1 << 30, dtype=cp.uint32)
+    u = cp.empty_like(base)
+    codes = cp.empty(1 << 30, cp.uint8)
+    tot = {}
+    t0 = time.time()
+    for fn in G.CVT_FORMATS:
+        f = get_format(fn)
+        for sat in (False, True):
+            lut = cp.asarray(_lut(f, "float32", "nearest_even", sat))
+            for unr in G._CVT_UNR:
+                cfg = (unr, 512, 4)
+                bad = 0
+                for ch in range(4):
+                    cp.add(base, np.uint32(ch << 30), out=u)
+                    G._encode_cvt(u.view(cp.float32), codes, f, sat, cfg)
+                    bad += int(cp.count_nonzero(ew(u, codes, lut)))
+                for sl in (slice(1, 1000003), slice(0, (1 << 22) + 13)):
+                    xs = u[sl]
+                    cs = cp.empty(xs.size, cp.uint8)
+                    G._encode_cvt(xs.view(cp.float32), cs, f, sat, cfg)
+                    bad += int(cp.count_nonzero(ew(xs, cs, lut)))
+                tot[f"{fn}/sat={int(sat)}/unr={unr}"] = bad
+                if bad:
+                    log(f"CVT MISMATCH {fn} sat={sat} unr={unr}: {bad}")
+    cp.cuda.Device().synchronize()
+    log(f"encode cvt: {len(tot)} (format, sat, variant) configs x all 2^32 float32 (+ 2 tail arrays): "
+        f"{sum(tot.values())} mismatches ({time.time() - t0:.1f} s)")
+    del base, u, codes
+    cp.get_default_memory_pool().free_all_blocks()
+    return tot
+
+
 def check_decode(cp, G, fp8lab):
     import ml_dtypes
     from fp8lab.formats import get_format
@@ -135,6 +176,7 @@ def check_decode(cp, G, fp8lab):
 
 ENC_CFGS = [(4, False, 1024, 1), (8, False, 1024, 1), (4, True, 1024, 2), (8, True, 1024, 2),
             (4, True, 512, 3), (8, True, 512, 3)]
+CVT_CFGS = [(4, 512, 4), (8, 512, 4), (4, 1024, 2), (8, 256, 8), (2, 512, 4)]
 DEC_CFGS = [(4, False, 512, 4), (8, False, 512, 4), (4, True, 512, 4), (8, True, 512, 4),
             (4, True, 256, 8), (8, True, 1024, 2), (4, True, 512, 12)]
 
@@ -166,6 +208,11 @@ def bench_codecs(cp, G, res):
             tb, ts = timed(cp, lambda: G._encode_lut32(x, out, f, "nearest_even", False, cfg))
             rows.append((f"encode f32->{fn} lut32{cfg}", 5 * n / tb, 5 * n / ts))
             best.setdefault(("enc", fn), []).append((5 * n / tb, cfg))
+        if fn in G.CVT_FORMATS:
+            for cfg in CVT_CFGS:
+                tb, ts = timed(cp, lambda: G._encode_cvt(x, out, f, False, cfg))
+                rows.append((f"encode f32->{fn} cvt{cfg}", 5 * n / tb, 5 * n / ts))
+                best.setdefault(("cvt", fn), []).append((5 * n / tb, cfg))
         tb, ts = timed(cp, lambda: G.encode(x, fn))
         rows.append((f"encode f32->{fn} [default G.encode]", 5 * n / tb, 5 * n / ts))
     codes = G.encode(x, "e4m3")
@@ -257,7 +304,8 @@ def main():
     res = {"device": why, "date": time.strftime("%Y-%m-%d")}
     steps = []
     if not a.skip_check:
-        steps += [("encode_check", lambda: res.__setitem__("encode", check_encode(cp, G, fp8lab))),
+        steps += [("cvt_check", lambda: res.__setitem__("cvt", check_cvt(cp, G, fp8lab))),
+                  ("encode_check", lambda: res.__setitem__("encode", check_encode(cp, G, fp8lab))),
                   ("decode_check", lambda: res.__setitem__("decode", check_decode(cp, G, fp8lab)))]
     steps.append(("bench", lambda: bench_codecs(cp, G, res)))
     if not a.skip_gemm:

@@ -88,12 +88,20 @@ def encode_lut32_instance(unr: int, half: bool) -> str:
     return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}>"
 
 
+def encode_cvt_instance(fmt: str, sat: bool, unr: int) -> str:
+    return (f"fp8_encode_cvt<{'true' if fmt == 'e5m2' else 'false'}, {'true' if sat else 'false'}, "
+            f"{unr}>")
+
+
 def decode_v3_instance(nbytes: int, unr: int, repl: bool) -> str:
     return f"fp8_decode_v3<{nbytes}, {unr}, {'true' if repl else 'false'}>"
 
 
 #: every (UNR, half) / (nbytes, UNR, repl) that the sweep of benchmarks/gpu_check.py may launch
 _LUT32_VARIANTS = [(u, h) for u in (4, 8) for h in (False, True)]
+#: formats with a hardware conversion (sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32), nearest even
+CVT_FORMATS = ("e4m3", "e5m2")
+_CVT_UNR = (2, 4, 8)
 _DECODE_VARIANTS = [(b, u, r) for b in (2, 4, 8) for u in (4, 8) for r in (False, True) if not (r and b == 8)]
 
 
@@ -116,6 +124,7 @@ def _instances() -> list[str]:
     out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
             for s in (False, True)]
     out += [encode_lut32_instance(u, h) for u, h in _LUT32_VARIANTS]
+    out += [encode_cvt_instance(f, s, u) for f in CVT_FORMATS for s in (False, True) for u in _CVT_UNR]
     out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
     return out + [decode_instance(b) for b in (2, 4, 8)]
 
@@ -153,8 +162,14 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
     out = cp.empty(n, cp.uint8)
     if n == 0:
         return out.reshape(x.shape)
-    if path not in (None, "bits", "lut", "lut32"):
-        raise ValueError(f"unknown path {path!r}; known: bits, lut, lut32")
+    if path not in (None, "bits", "lut", "lut32", "cvt"):
+        raise ValueError(f"unknown path {path!r}; known: bits, lut, lut32, cvt")
+    if path == "cvt":
+        if not (kind == "float32" and mode == "nearest_even" and f.name in CVT_FORMATS):
+            raise ValueError(f"path='cvt' needs float32 input, rounding='nearest_even' and a format "
+                             f"in {CVT_FORMATS}; got {kind}, {mode!r}, {f.name!r}")
+        _encode_cvt(flat, out, f, bool(saturate))
+        return out.reshape(x.shape)
     use_lut = (path or FLOAT32_PATH) in ("lut", "lut32") and mode != "stochastic" and kind != "float64"
     if use_lut and kind == "float32" and path == "lut32":
         _encode_lut32(flat, out, f, mode, bool(saturate))
@@ -194,6 +209,38 @@ def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
     vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
     grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
     k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), lut), shared_mem=smem)
+
+
+def cvt_special(f, sat: bool) -> int:
+    """Smallest float32 magnitude (bits) that fp8_encode_cvt routes to the generic encoder.
+
+    With ``sat``: NaN only (cvt's SATFINITE already maps overflow and +-Inf to +-max). Without:
+    also the first magnitude whose nearest-even code is the overflow code (NaN for E4M3, Inf for
+    E5M2), read off the CPU's float32 table (entry 2 * hi16 + sticky).
+    """
+    if sat:
+        return 0x7F800001
+    lut = np.asarray(_lut(f, "float32", "nearest_even", False))[: 1 << 16]
+    ovf = int(np.asarray(lut)[2 * (0x7F800000 >> 16)])   # +Inf's code: the overflow code
+    i = int(np.flatnonzero(lut == ovf)[0])
+    return ((i >> 1) << 16) | (i & 1)
+
+
+#: fp8_encode_cvt launch shape: (UNR groups of 4 per thread, threads, blocks per SM)
+ENCODE_CVT = (4, 512, 4)
+
+
+def _encode_cvt(flat, out, f, sat: bool, cfg=None):
+    """float32 -> e4m3 / e5m2, nearest even, through the hardware conversion (fp8_encode_cvt)."""
+    unr, threads, per_sm = cfg or ENCODE_CVT
+    k = _loader.kernel("codecs.cu", encode_cvt_instance(f.name, sat, unr), _loader.format_defines(f))
+    key = ("cvt_special", f.name, sat)
+    if key not in _cache:
+        _cache[key] = cvt_special(f, sat)
+    n = flat.size
+    vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
+    k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), np.uint32(_cache[key])))
 
 
 def decode(codes, fmt, *, dtype="float32"):
