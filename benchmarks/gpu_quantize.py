@@ -31,7 +31,10 @@ def _input(rng, shape, dtype):
     return x
 
 
-def check(log, shapes=SHAPES):
+ROUNDINGS = ((None, None, False), ("stochastic", 7, False), ("toward_zero", None, True))
+
+
+def check(log, shapes=SHAPES, roundings=ROUNDINGS):
     import cupy as cp
     import fp8lab
     from fp8lab.gpu.quantize import quantize
@@ -47,18 +50,35 @@ def check(log, shapes=SHAPES):
                 for rec in RECIPES:
                     if rec.startswith("mx") and fmt == "hif8":
                         continue
-                    for rounding, seed in ((None, None), ("stochastic", 7)):
+                    for rounding, seed, sat in roundings:
+                        kw = dict(rounding=rounding, seed=seed)
+                        if sat:
+                            kw["saturate"] = True
                         try:
-                            ref = fp8lab.quantize(x, fmt, scaling=rec, rounding=rounding, seed=seed)
+                            ref = fp8lab.quantize(x, fmt, scaling=rec, **kw)
                         except ValueError:  # recipe not defined for this shape (tile on 1-D)
                             continue
-                        got = quantize(xd, fmt, scaling=rec, rounding=rounding, seed=seed)
+                        got = quantize(xd, fmt, scaling=rec, **kw)
                         dc = int((got.codes.get() != ref.codes).sum())
                         ds = int((got.scales.get().view(np.uint32) != ref.scales.view(np.uint32)).sum())
                         n += 1
                         if dc or ds:
                             bad += 1
                             log(f"MISMATCH {shape} {np.dtype(dtype).name} {fmt} {rec} {rounding}: codes {dc}, scales {ds}")
+    # scales below 2^-60 (the float64 route inside the fused kernel) and scales given by the caller
+    for fmt in FORMATS:
+        x = _input(rng, (257, 130), np.float32) * np.float32(2.0**-75)
+        for kw in (dict(scaling="block:32"), dict(scaling="tensor", scales=np.float32([2.0**-70 * 1.3])),
+                   dict(scaling="channel", scales=np.float32(rng.uniform(0.5, 3, (257, 1))))):
+            for rounding in (None, "toward_zero"):
+                ref = fp8lab.quantize(x, fmt, rounding=rounding, **kw)
+                got = quantize(cp.asarray(x), fmt, rounding=rounding, **kw)
+                dc = int((got.codes.get() != ref.codes).sum())
+                ds = int((got.scales.get().view(np.uint32) != ref.scales.view(np.uint32)).sum())
+                n += 1
+                if dc or ds:
+                    bad += 1
+                    log(f"MISMATCH tiny/given {fmt} {kw.get('scaling')} {rounding}: codes {dc}, scales {ds}")
     log(f"quantize check: {n} cases, {bad} with mismatches")
     return bad
 

@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(1024) fp8_decode_v3(const u8* __restrict__ cod
 // from the CPU table: the first magnitude that overflows without saturation; NaN only with it),
 // i.e. NaN (the contract keeps NaN's sign, E5M2 emits 0x7E) and non-saturating overflow. A group
 // of 4 takes that branch only if one of its elements needs it. Mapping and tail as fp8_encode.
-template <bool E5M2, bool SAT, int UNR>
+// CS: streaming cache hints on the loads and stores (ld.global.cs / st.global.cs) or plain ones.
+template <bool E5M2, bool SAT, int UNR, bool CS>
 __global__ void __launch_bounds__(1024) fp8_encode_cvt(const u32* __restrict__ x, u8* __restrict__ out,
                                                       i64 n, int vec, u32 special) {
     __shared__ FmtShared t;
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(1024) fp8_encode_cvt(const u32* __restrict__ x
         const i64 g0 = st * step + threadIdx.x;
         uint4 buf[UNR];
 #pragma unroll
-        for (int j = 0; j < UNR; j++) buf[j] = __ldcs(xv + g0 + j * blockDim.x);
+        for (int j = 0; j < UNR; j++) buf[j] = CS ? __ldcs(xv + g0 + j * blockDim.x) : xv[g0 + j * blockDim.x];
 #pragma unroll
         for (int j = 0; j < UNR; j++) {
             const u32 w[4] = {buf[j].x, buf[j].y, buf[j].z, buf[j].w};
@@ -309,7 +310,8 @@ __global__ void __launch_bounds__(1024) fp8_encode_cvt(const u32* __restrict__ x
                 for (int k = 0; k < 4; k++)
                     acc |= (u32)fp8_encode_f32_det<MODE_NEAREST_EVEN, SAT>(w[k], t) << (8 * k);
             }
-            __stcs(ow + g0 + j * blockDim.x, acc);
+            if (CS) __stcs(ow + g0 + j * blockDim.x, acc);
+            else ow[g0 + j * blockDim.x] = acc;
         }
     }
     for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)

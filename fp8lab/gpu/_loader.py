@@ -95,6 +95,7 @@ _INSTANCE_LISTS = {
     "codec_check.cu": "fp8lab.gpu.check",
     "gemm.cu": "fp8lab.gpu.gemm",
     "gemm_wgmma.cu": ("fp8lab.gpu.gemm", "_wg_instances"),
+    "quantize.cu": "fp8lab.gpu.quantize",
 }
 
 

@@ -88,9 +88,9 @@ def encode_lut32_instance(unr: int, half: bool) -> str:
     return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}>"
 
 
-def encode_cvt_instance(fmt: str, sat: bool, unr: int) -> str:
+def encode_cvt_instance(fmt: str, sat: bool, unr: int, cs: bool = True) -> str:
     return (f"fp8_encode_cvt<{'true' if fmt == 'e5m2' else 'false'}, {'true' if sat else 'false'}, "
-            f"{unr}>")
+            f"{unr}, {'true' if cs else 'false'}>")
 
 
 def decode_v3_instance(nbytes: int, unr: int, repl: bool) -> str:
@@ -124,7 +124,8 @@ def _instances() -> list[str]:
     out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
             for s in (False, True)]
     out += [encode_lut32_instance(u, h) for u, h in _LUT32_VARIANTS]
-    out += [encode_cvt_instance(f, s, u) for f in CVT_FORMATS for s in (False, True) for u in _CVT_UNR]
+    out += [encode_cvt_instance(f, s, u, c) for f in CVT_FORMATS for s in (False, True)
+            for u in _CVT_UNR for c in (False, True)]
     out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
     return out + [decode_instance(b) for b in (2, 4, 8)]
 
@@ -226,20 +227,23 @@ def cvt_special(f, sat: bool) -> int:
     return ((i >> 1) << 16) | (i & 1)
 
 
-#: fp8_encode_cvt launch shape: (UNR groups of 4 per thread, threads, blocks per SM)
-ENCODE_CVT = (4, 512, 4)
+#: fp8_encode_cvt launch shape: (UNR groups of 4 per thread, threads, blocks per SM or 0 for one
+#: block per UNR * threads groups (no grid-stride), streaming cache hints)
+ENCODE_CVT = (4, 512, 4, True)
 
 
 def _encode_cvt(flat, out, f, sat: bool, cfg=None):
     """float32 -> e4m3 / e5m2, nearest even, through the hardware conversion (fp8_encode_cvt)."""
-    unr, threads, per_sm = cfg or ENCODE_CVT
-    k = _loader.kernel("codecs.cu", encode_cvt_instance(f.name, sat, unr), _loader.format_defines(f))
+    unr, threads, per_sm, cs = cfg or ENCODE_CVT
+    k = _loader.kernel("codecs.cu", encode_cvt_instance(f.name, sat, unr, cs), _loader.format_defines(f))
     key = ("cvt_special", f.name, sat)
     if key not in _cache:
         _cache[key] = cvt_special(f, sat)
     n = flat.size
     vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
-    grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
+    grid = max(1, -(-n // (4 * unr * threads)))
+    if per_sm:
+        grid = min(grid, _sm_count() * per_sm)
     k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), np.uint32(_cache[key])))
 
 

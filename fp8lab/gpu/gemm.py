@@ -169,9 +169,10 @@ def _decode_f16(x, f, cp, role):
 FUSED_DECODE = True
 
 
-def _decode_f16_pair(a, b, fa, fb, cp, launches):
+def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
     """:func:`_decode_f16` of A (role "ha") and B (role "hb") in one launch (appended to
-    ``launches``)."""
+    ``launches``). The launch reads the call's own A and B, or this ``b`` when ``b_derived`` (a
+    workspace made from the call's B, e.g. its transpose)."""
     (ra, K), rb = a.shape, b.shape[0]
     kp = -(-K // 8) * 8
     ya = _workspace("ha", ra, kp, cp.float16, cp)
@@ -184,8 +185,9 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches):
     consts = (np.int32(ra), np.int32(a.strides[0]), np.int32(rb), np.int32(b.strides[0]),
               np.int32(K), np.int32(kp))
     launches.append((k, (max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
-                     lambda a, b, out, sa, sb: (a, ya, consts[0], consts[1], b, yb, consts[2],
-                                                consts[3], consts[4], consts[5], ta, tb), 0))
+                     lambda a_, b_, out, sa, sb: (a_, ya, consts[0], consts[1],
+                                                  b if b_derived else b_, yb, consts[2], consts[3],
+                                                  consts[4], consts[5], ta, tb), 0))
     return ya[:, :K], yb[:, :K]
 
 
@@ -211,7 +213,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
         es = 2
         bt = _transpose(b, cp) if layout == "nn" else b
         if FUSED_DECODE:
-            a2, b2 = _decode_f16_pair(a, bt, fa, fb, cp, launches)
+            a2, b2 = _decode_f16_pair(a, bt, fa, fb, cp, launches, b_derived=bt is not b)
         else:
             a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
     N = b2.shape[0]

@@ -42,9 +42,75 @@ class GPUQTensor:
 
 _kernels: dict = {}
 _CHUNK = 1 << 16
-#: one-pass block maxima (_block_amax). Off: its bit-identity check against fp8lab.quantize has not
-#: completed on a GPU yet (benchmarks/gpu_codecs_v3.py quantize step); the composed path stays.
-FUSED_AMAX = False
+#: one-pass block maxima (_block_amax); checked bit for bit against fp8lab.quantize on an H200
+#: (benchmarks/gpu_codecs_v3.py, 414 cases, 2026-12-02).
+FUSED_AMAX = True
+#: float32 (and float16) input in deterministic modes: scales computed on the device (fp8_scales)
+#: and the scaled cast in one kernel (fp8_quantize_f32, gpu/quantize.cu): no float64 quotient, no
+#: host round trip. Else (float64 input, stochastic rounding) the composed path below.
+FUSED_CAST = True
+
+
+def _instances() -> list[str]:
+    """Every template instance of gpu/quantize.cu the library launches (nvcc build check)."""
+    from .. import _kernels as K
+    out = ["fp8_scales"]
+    for m, code in K.MODE_CODES.items():
+        if m == "stochastic":
+            continue
+        for sat in ("false", "true"):
+            for cvt in ((0, 1, 2) if m == "nearest_even" else (0,)):
+                out += [f"fp8_quantize_f32<{code}, {sat}, {cvt}, {t}>" for t in ("false", "true")]
+    return out
+
+
+def _cvt_kind(f, mode: str) -> int:
+    from .codecs import CVT_FORMATS
+    if mode != "nearest_even" or f.name not in CVT_FORMATS:
+        return 0
+    return 1 + CVT_FORMATS.index(f.name)
+
+
+def _fused_cast(cp, x3, f, sc, mode, sat, geom, amax=None, scales=None):
+    """codes (flat) and float32 scales (flat) of float32 x3 (P, R, C), all on the device."""
+    from .. import _kernels as K
+    from ..codecs import _lut
+    from ..scaling import _rule_params
+    from . import _loader
+    from .codecs import _device_table, _sm_count, cvt_special
+
+    P, R, C, BR, BC, nbR, nbC = geom
+    defines = _loader.format_defines(f)
+    if scales is None:
+        amax = cp.ascontiguousarray(amax, dtype=cp.float64).reshape(-1)
+        scales = cp.empty(amax.size, cp.float32)
+        fmax, emax = _rule_params(f)
+        ks = _loader.kernel("quantize.cu", "fp8_scales", defines)
+        ks((-(-amax.size // 256),), (256,), (amax, scales, np.int32(amax.size), np.float64(fmax),
+                                            np.int32(emax), np.int32(sc.rule), np.int32(sc.margin)))
+    flat = x3.reshape(-1)
+    n = flat.size
+    codes = cp.empty(n, cp.uint8)
+    cvt = _cvt_kind(f, mode)
+    tensor = scales.size == 1
+    inst = (f"fp8_quantize_f32<{K.MODE_CODES[mode]}, {'true' if sat else 'false'}, {cvt}, "
+            f"{'true' if tensor else 'false'}>")
+    k = _loader.kernel("quantize.cu", inst, defines)
+    if cvt:
+        lut, smem, threads, per_sm = codes, 0, 512, 4
+        special = cvt_special(f, sat)
+    else:
+        lut = _device_table(("lut", f.name, mode, sat), lambda: _lut(f, "float32", mode, sat))
+        smem, threads, per_sm, special = 1 << 17, 1024, 1, 0
+        if k.max_dynamic_shared_size_bytes < smem:
+            k.max_dynamic_shared_size_bytes = smem
+    work = -(-n // 4) if tensor else n
+    grid = max(1, min(-(-work // threads), _sm_count() * per_sm))
+    vec = int(flat.data.ptr % 16 == 0 and codes.data.ptr % 16 == 0)
+    k((grid,), (threads,), (flat, codes, np.int64(n), np.int32(vec), scales, np.int32(R), np.int32(C),
+                           np.int32(BR), np.int32(BC), np.int32(nbR), np.int32(nbC), lut,
+                           np.uint32(special)), shared_mem=smem)
+    return codes, scales
 
 
 def _absmax_kernel(cp):
@@ -74,6 +140,17 @@ def _block_amax(cp, x3, P, nbR, BR, nbC, BC):
     return k(x3.reshape(P, nbR, BR, nbC, BC), axis=(2, 4))
 
 
+def _composed_amax(cp, x3, P, R, C, BR, BC, nbR, nbC):
+    """(P, nbR, nbC) float64 block maxima of finite |x| for any geometry (ragged blocks padded)."""
+    a = cp.abs(x3)
+    a = cp.where(cp.isfinite(a), a, 0).astype(cp.float64)
+    if (nbR * BR, nbC * BC) != (R, C):
+        pad = cp.zeros((P, nbR * BR, nbC * BC), cp.float64)
+        pad[:, :R, :C] = a
+        a = pad
+    return a.reshape(P, nbR, BR, nbC, BC).max(axis=(2, 4))
+
+
 def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, scales=None) -> GPUQTensor:
     """:func:`fp8lab.quantize` for a CuPy array ``x`` (float64, float32 or float16): same
     arguments, same codes and scales bit for bit; returns a :class:`GPUQTensor`."""
@@ -98,6 +175,26 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
             scales = np.full(sshape, s, np.float32)
     if x.size == 0:
         return GPUQTensor(cp.empty(shape, cp.uint8), cp.ones(sshape, cp.float32), f, sc, src_dtype)
+    if FUSED_CAST and mode != "stochastic" and x.dtype != cp.float64:
+        x32 = x3 if x3.dtype == cp.float32 else x3.astype(cp.float32)  # float16: exact
+        geom = (P, R, C, BR, BC, nbR, nbC)
+        s_dev = None
+        if scales is not None:
+            s_dev = cp.asarray(np.asarray(scales.get() if isinstance(scales, cp.ndarray) else scales,
+                                          np.float32))
+            if s_dev.shape != tuple(sshape):
+                raise ValueError(f"scales must have shape {tuple(sshape)}, got {s_dev.shape}")
+            if not bool(cp.all(cp.isfinite(s_dev) & (s_dev > 0))):
+                raise ValueError("scales must be finite and > 0")
+            codes, s = _fused_cast(cp, x32, f, sc, mode, bool(saturate), geom,
+                                   scales=cp.ascontiguousarray(s_dev).reshape(-1))
+        else:
+            if FUSED_AMAX and (nbR * BR, nbC * BC) == (R, C):
+                amax = _block_amax(cp, x32, P, nbR, BR, nbC, BC)
+            else:
+                amax = _composed_amax(cp, x32, P, R, C, BR, BC, nbR, nbC)
+            codes, s = _fused_cast(cp, x32, f, sc, mode, bool(saturate), geom, amax=amax)
+        return GPUQTensor(codes.reshape(shape), s.reshape(sshape), f, sc, src_dtype)
     if scales is not None:
         s_host = np.asarray(scales.get() if isinstance(scales, cp.ndarray) else scales, np.float32)
         if s_host.shape != tuple(sshape):
@@ -108,13 +205,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
         amax = _block_amax(cp, x3, P, nbR, BR, nbC, BC)
         s_host = compute_scale(amax.get(), f, sc)
     else:
-        a = cp.abs(x3)
-        a = cp.where(cp.isfinite(a), a, 0).astype(cp.float64)
-        if (nbR * BR, nbC * BC) != (R, C):
-            pad = cp.zeros((P, nbR * BR, nbC * BC), cp.float64)
-            pad[:, :R, :C] = a
-            a = pad
-        amax = a.reshape(P, nbR, BR, nbC, BC).max(axis=(2, 4))
+        amax = _composed_amax(cp, x3, P, R, C, BR, BC, nbR, nbC)
         s_host = compute_scale(amax.get(), f, sc)
     S = cp.asarray(np.ascontiguousarray(s_host, np.float32)).reshape(P, nbR, nbC).astype(cp.float64)
     if nbR == 1 and nbC == 1:
