@@ -67,8 +67,8 @@ def check_encode(cp, G, fp8lab):
         for mode in ROUNDING_MODES[:3]:
             for sat in (False, True):
                 lut = cp.asarray(_lut(f, "float32", mode, sat))
-                for unr, half in G._LUT32_VARIANTS:
-                    cfg = (unr, half, 1024 if not half else 512, 2)
+                for unr, half, cs in G._LUT32_VARIANTS:
+                    cfg = (unr, half, 1024 if not half else 512, 1 if not half else 2, cs)
                     bad = 0
                     for ch in range(4):
                         cp.add(base, np.uint32(ch << 30), out=u)
@@ -78,13 +78,13 @@ def check_encode(cp, G, fp8lab):
                     # misaligned start (scalar path) and a ragged length (vector part + tail)
                     for sl in (slice(1, 1000003), slice(0, (1 << 22) + 13)):
                         xs = u[sl]
-                        cs = cp.empty(xs.size, cp.uint8)
-                        G._encode_lut32(xs.view(cp.float32), cs, f, mode, sat, cfg)
-                        bad += int(red(xs, cs, lut))
-                    tot[f"{fn}/{mode}/sat={int(sat)}/unr={unr},half={int(half)}"] = bad
+                        cx = cp.empty(xs.size, cp.uint8)
+                        G._encode_lut32(xs.view(cp.float32), cx, f, mode, sat, cfg)
+                        bad += int(red(xs, cx, lut))
+                    tot[f"{fn}/{mode}/sat={int(sat)}/unr={unr},half={int(half)},cs={int(cs)}"] = bad
                     configs += 1
                     if bad:
-                        log(f"ENCODE MISMATCH {fn} {mode} sat={sat} unr={unr} half={half}: {bad}")
+                        log(f"ENCODE MISMATCH {fn} {mode} sat={sat} unr={unr} half={half} cs={cs}: {bad}")
     cp.cuda.Device().synchronize()
     nb = sum(tot.values())
     log(f"encode lut32: {configs} (format, mode, sat, variant) configs x all 2^32 float32 (+ 2 tail "
@@ -174,8 +174,8 @@ def check_decode(cp, G, fp8lab):
     return res, dec
 
 
-ENC_CFGS = [(4, False, 1024, 1), (8, False, 1024, 1), (4, True, 1024, 2), (8, True, 1024, 2),
-            (4, True, 512, 3), (8, True, 512, 3)]
+ENC_CFGS = [(4, False, 1024, 1, True), (4, False, 1024, 1, False), (8, False, 1024, 1, False),
+            (4, True, 1024, 2, False), (4, True, 512, 3, False), (8, True, 512, 3, False)]
 CVT_CFGS = [(4, 512, 4, True), (8, 512, 4, True), (4, 512, 4, False), (8, 512, 4, False),
             (4, 256, 0, False), (2, 256, 0, False), (4, 256, 0, True), (2, 512, 0, False)]
 DEC_CFGS = [(4, False, 512, 4), (8, False, 512, 4), (4, True, 512, 4), (8, True, 512, 4),

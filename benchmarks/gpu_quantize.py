@@ -68,7 +68,7 @@ def check(log, shapes=SHAPES, roundings=ROUNDINGS):
     # scales below 2^-60 (the float64 route inside the fused kernel) and scales given by the caller
     for fmt in FORMATS:
         x = _input(rng, (257, 130), np.float32) * np.float32(2.0**-75)
-        for kw in (dict(scaling="block:32"), dict(scaling="tensor", scales=np.float32([2.0**-70 * 1.3])),
+        for kw in (dict(scaling="block:32"), dict(scaling="tensor", scales=np.float32([[2.0**-70 * 1.3]])),
                    dict(scaling="channel", scales=np.float32(rng.uniform(0.5, 3, (257, 1))))):
             for rounding in (None, "toward_zero"):
                 ref = fp8lab.quantize(x, fmt, rounding=rounding, **kw)

@@ -149,15 +149,15 @@ __global__ void __launch_bounds__(1024) fp8_decode(const u8* __restrict__ codes,
 
 // ---- v3: float32 table encode and decode with more bytes in flight per SM -------------------
 //
-// fp8_encode_lut32<UNR, HALF>: float32 deterministic modes through the CPU's float32 table.
+// fp8_encode_lut32<UNR, HALF, CS>: float32 deterministic modes through the CPU's float32 table.
 // Thread t of a block step takes groups t, t + blockDim, ... (UNR of them, all loads issued before
 // any use; coalesced as in fp8_encode). HALF: the table in shared memory holds only the 2^16
 // entries of the positive half (index bit 16 is the sign bit) plus a 256-entry map `neg` from a
 // positive result code to the code of the negated input; fp8lab.gpu.codecs builds that map from
 // the CPU table and uses HALF only when neg[lut[i]] == lut[i + 2^16] for all 2^16 i (checked on
 // the host, so the halved lookup equals the full one entry for entry). 64 KB + 256 B per block:
-// two or three blocks per SM instead of one.
-template <int UNR, bool HALF>
+// two or three blocks per SM instead of one. CS: streaming cache hints (as fp8_encode_cvt).
+template <int UNR, bool HALF, bool CS>
 __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__ x, u8* __restrict__ out,
                                                         i64 n, int vec, const u8* __restrict__ lut) {
     extern __shared__ __align__(16) u8 lut_s[];
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
         const i64 g0 = st * step + threadIdx.x;
         uint4 buf[UNR];
 #pragma unroll
-        for (int j = 0; j < UNR; j++) buf[j] = __ldcs(xv + g0 + j * blockDim.x);
+        for (int j = 0; j < UNR; j++) buf[j] = CS ? __ldcs(xv + g0 + j * blockDim.x) : xv[g0 + j * blockDim.x];
 #pragma unroll
         for (int j = 0; j < UNR; j++) {
             const u32 w[4] = {buf[j].x, buf[j].y, buf[j].z, buf[j].w};
@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
                 }
                 acc |= c << (8 * k);
             }
-            __stcs(ow + g0 + j * blockDim.x, acc);
+            if (CS) __stcs(ow + g0 + j * blockDim.x, acc);
+            else ow[g0 + j * blockDim.x] = acc;
         }
     }
     for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {

@@ -23,14 +23,14 @@ __all__ = ["encode", "decode"]
 
 _KIND = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 _THREADS = 512
-#: float32 deterministic modes: "bits" (integer logic, tables of a few dozen bytes) or "lut" (the
-#: CPU's 2^17-entry table in shared memory). Both are proven equal on all 2^32 inputs.
+#: float16/bfloat16 (and float32 with path="bits"/"lut") deterministic modes: "bits" (integer
+#: logic, tables of a few dozen bytes) or "lut" (the CPU's 2^17-entry table in shared memory).
+#: Both are proven equal on all 2^32 inputs.
 FLOAT32_PATH = "lut"
 #: launch shapes of the v3 kernels (benchmarks/gpu_codecs_v3.py sweeps them; see docs/gpu.md):
-#: float32 table encode fp8_encode_lut32: (UNR groups of 4 per thread, half table, threads,
-#: blocks per SM). Only with path="lut32": its exhaustive check has not run on a GPU yet, so the
-#: default float32 path stays fp8_encode (verified on all 2^32 inputs).
-ENCODE_LUT32 = (4, True, 1024, 2)
+#: float32 table encode fp8_encode_lut32, the float32 default outside E4M3/E5M2 nearest even:
+#: (UNR groups of 4 per thread, half table, threads, blocks per SM, streaming cache hints).
+ENCODE_LUT32 = (4, False, 1024, 1, False)
 #: decode, per output size: (UNR words of codes per thread, replicated table, threads, blocks per
 #: SM). H200 2026-12-02: (8, False, 512, 4) 0.878-0.880 of copy to float32, 0.873 to float16
 #: (batched); the replicated table did not help (0.861-0.870 at the same shape).
@@ -84,8 +84,8 @@ def decode_instance(nbytes: int) -> str:
     return f"fp8_decode<{nbytes}>"
 
 
-def encode_lut32_instance(unr: int, half: bool) -> str:
-    return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}>"
+def encode_lut32_instance(unr: int, half: bool, cs: bool = True) -> str:
+    return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}, {'true' if cs else 'false'}>"
 
 
 def encode_cvt_instance(fmt: str, sat: bool, unr: int, cs: bool = True) -> str:
@@ -98,7 +98,7 @@ def decode_v3_instance(nbytes: int, unr: int, repl: bool) -> str:
 
 
 #: every (UNR, half) / (nbytes, UNR, repl) that the sweep of benchmarks/gpu_check.py may launch
-_LUT32_VARIANTS = [(u, h) for u in (4, 8) for h in (False, True)]
+_LUT32_VARIANTS = [(u, h, c) for u in (4, 8) for h in (False, True) for c in (False, True)]
 #: formats with a hardware conversion (sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32), nearest even
 CVT_FORMATS = ("e4m3", "e5m2")
 _CVT_UNR = (2, 4, 8)
@@ -123,7 +123,7 @@ def _instances() -> list[str]:
     out = [encode_instance(k, m, s, False) for k in _KIND for m in K.MODE_CODES for s in (False, True)]
     out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
             for s in (False, True)]
-    out += [encode_lut32_instance(u, h) for u, h in _LUT32_VARIANTS]
+    out += [encode_lut32_instance(u, h, c) for u, h, c in _LUT32_VARIANTS]
     out += [encode_cvt_instance(f, s, u, c) for f in CVT_FORMATS for s in (False, True)
             for u in _CVT_UNR for c in (False, True)]
     out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
@@ -134,10 +134,11 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
            path=None):
     """Encode a CuPy array into 8-bit codes of ``fmt`` (see :func:`fp8lab.encode`).
 
-    ``bfloat16=True`` reads a uint16 array as bfloat16 bit patterns. ``path`` ("bits" or "lut")
-    overrides :data:`FLOAT32_PATH` for float32/float16/bfloat16 in deterministic modes;
-    ``path="lut32"`` (float32 only, experimental) runs ``fp8_encode_lut32`` with
-    :data:`ENCODE_LUT32`, whose exhaustive device check is still pending (``docs/gpu.md``).
+    ``bfloat16=True`` reads a uint16 array as bfloat16 bit patterns. Float32 input in a
+    deterministic mode runs ``fp8_encode_cvt`` (E4M3/E5M2, nearest even: the hardware
+    conversion) or ``fp8_encode_lut32`` (the CPU's float32 table), both checked on all 2^32
+    inputs on an H200. ``path`` forces a kernel: "bits" (integer logic) or "lut" (the table,
+    ``fp8_encode``) for float32/float16/bfloat16, "lut32" or "cvt" for float32.
     """
     cp = _cupy()
     f = get_format(fmt)
@@ -171,6 +172,12 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
                              f"in {CVT_FORMATS}; got {kind}, {mode!r}, {f.name!r}")
         _encode_cvt(flat, out, f, bool(saturate))
         return out.reshape(x.shape)
+    if path is None and kind == "float32" and mode != "stochastic":
+        if mode == "nearest_even" and f.name in CVT_FORMATS:
+            _encode_cvt(flat, out, f, bool(saturate))
+        else:
+            _encode_lut32(flat, out, f, mode, bool(saturate))
+        return out.reshape(x.shape)
     use_lut = (path or FLOAT32_PATH) in ("lut", "lut32") and mode != "stochastic" and kind != "float64"
     if use_lut and kind == "float32" and path == "lut32":
         _encode_lut32(flat, out, f, mode, bool(saturate))
@@ -194,7 +201,7 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
 
 def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
     """float32 deterministic encode through the CPU table (fp8_encode_lut32, codecs.cu)."""
-    unr, half, threads, per_sm = cfg or ENCODE_LUT32
+    unr, half, threads, per_sm, cs = cfg or ENCODE_LUT32
     lut = None
     if half:
         lut = _device_table(("lut32h", f.name, mode, sat), lambda: _half_lut(f, mode, sat))
@@ -202,7 +209,7 @@ def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
             lut, half = None, False
     if lut is None:
         lut = _device_table(("lut", f.name, mode, sat), lambda: _lut(f, "float32", mode, sat))
-    k = _loader.kernel("codecs.cu", encode_lut32_instance(unr, half), _loader.format_defines(f))
+    k = _loader.kernel("codecs.cu", encode_lut32_instance(unr, half, cs), _loader.format_defines(f))
     smem = (1 << 16) + 256 if half else 1 << 17
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
@@ -229,7 +236,7 @@ def cvt_special(f, sat: bool) -> int:
 
 #: fp8_encode_cvt launch shape: (UNR groups of 4 per thread, threads, blocks per SM or 0 for one
 #: block per UNR * threads groups (no grid-stride), streaming cache hints)
-ENCODE_CVT = (4, 512, 4, True)
+ENCODE_CVT = (2, 512, 0, False)
 
 
 def _encode_cvt(flat, out, f, sat: bool, cfg=None):

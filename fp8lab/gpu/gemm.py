@@ -140,13 +140,16 @@ def _k_major(x, es, cp, role="pad"):
     return y[:, :K]
 
 
-def _transpose(b, cp):
-    """(K, N) uint8 -> (N, K) uint8, K-major with a 16-byte row stride (one transpose kernel)."""
+def _transpose(b, cp, launches):
+    """(K, N) uint8 -> (N, K) uint8, K-major with a 16-byte row stride: a workspace written by
+    the ``transpose_u8`` launch appended to ``launches`` (it reads the call's B)."""
     K, N = b.shape
     kp = -(-K // 16) * 16
     t = _workspace("bt", N, kp, cp.uint8, cp)   # padding columns stay zero
     k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
-    k((-(-N // 64), -(-K // 64)), (256,), (b, t, np.int32(K), np.int32(N), np.int32(b.strides[0]), np.int32(kp)))
+    dims = (np.int32(K), np.int32(N), np.int32(b.strides[0]), np.int32(kp))
+    launches.append((k, (-(-N // 64), -(-K // 64)), (256,),
+                     lambda a_, b_, out, sa, sb: (b_, t, dims[0], dims[1], dims[2], dims[3]), 0))
     return t[:, :K]
 
 
@@ -204,17 +207,18 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
     M, K = a.shape
     fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
     launches = []
+    bt = _transpose(b, cp, launches) if layout == "nn" else b
     if fp8:
         ta, tb, es = _FP8_HW[fa.name], _FP8_HW[fb.name], 1
-        bt = _transpose(b, cp) if layout == "nn" else b
         a2, b2 = _k_major(a, 1, cp, "pa"), _k_major(bt, 1, cp, "pb")
     else:
         ta = tb = 2
         es = 2
-        bt = _transpose(b, cp) if layout == "nn" else b
         if FUSED_DECODE:
             a2, b2 = _decode_f16_pair(a, bt, fa, fb, cp, launches, b_derived=bt is not b)
         else:
+            _run(launches, a, b, out, sa, sb)   # the transpose first
+            launches = []
             a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
     N = b2.shape[0]
     maps = _tmaps(a2, b2, es)
@@ -227,9 +231,9 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
     launches.append((k, (min(tiles, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
                                                 sb, dims[4]), smem))
-    # replayable when every derived operand is made by a launch of the list (no transpose, copy
-    # or separate decode made here)
-    replay = layout == "nt" and ((a2 is a and b2 is b) if fp8 else FUSED_DECODE)
+    # replayable when every derived operand is made by a launch of the list (no padded copy or
+    # separate decode made here)
+    replay = (a2 is a and b2 is bt) if fp8 else FUSED_DECODE
     return launches, ("wgmma-fp8" if fp8 else "wgmma-f16"), replay
 
 
