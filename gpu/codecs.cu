@@ -1,4 +1,7 @@
 // Element-wise codecs: encode (float -> 8-bit code) and decode (code -> float).
+// Which kernel runs (fp8lab.gpu.codecs): float32 in a deterministic mode, fp8_encode_cvt (E4M3/E5M2,
+// nearest even) or fp8_encode_lut32; float16/bfloat16/float64 and stochastic rounding, fp8_encode;
+// decode, fp8_decode_v3.
 //
 // Mapping: elements go in groups of 4 (one 32-bit word of codes). A block handles UNROLL * blockDim
 // groups per step, thread t taking groups t, t + blockDim, ... so that every load and store
@@ -109,43 +112,11 @@ __global__ void __launch_bounds__(1024) fp8_encode(const void* __restrict__ x, u
         out[i] = encode_elem<KIND, MODE, SAT, USE_LUT>(xs[i], t, lut_s, key, i);
 }
 
-// Decode through a 256-entry table of the output type's bits (Format.decode_table(dtype)).
+// Decode tables hold the output type's bits (Format.decode_table(dtype)).
 // OUT_BYTES: 2 (float16 / bfloat16), 4 (float32), 8 (float64).
 template <int OUT_BYTES> struct OutBits { typedef u32 T; };
 template <> struct OutBits<2> { typedef u16 T; };
 template <> struct OutBits<8> { typedef u64 T; };
-
-template <int OUT_BYTES>
-__global__ void __launch_bounds__(1024) fp8_decode(const u8* __restrict__ codes, void* __restrict__ out,
-                                                  i64 n, int vec, const void* __restrict__ table) {
-    typedef typename OutBits<OUT_BYTES>::T OT;
-    __shared__ OT tab[256];
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab[i] = reinterpret_cast<const OT*>(table)[i];
-    __syncthreads();
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 step = (i64)UNROLL * blockDim.x;
-    const i64 nsteps = vec ? n / (4 * step) : 0;
-    const i64 nfull = nsteps * step * 4;
-    typedef typename Vec4<OUT_BYTES>::T V4;
-    const u32* cw = reinterpret_cast<const u32*>(codes);
-    V4* ov = reinterpret_cast<V4*>(out);
-    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
-        const i64 g0 = st * step + threadIdx.x;
-        u32 w[UNROLL];
-#pragma unroll
-        for (int j = 0; j < UNROLL; j++) w[j] = __ldcs(cw + g0 + j * blockDim.x);
-#pragma unroll
-        for (int j = 0; j < UNROLL; j++) {
-            union { V4 v; OT b[4]; } buf;
-#pragma unroll
-            for (int k = 0; k < 4; k++) buf.b[k] = tab[(w[j] >> (8 * k)) & 0xFFu];
-            stcs4(ov + g0 + j * blockDim.x, buf.v);
-        }
-    }
-    OT* os = reinterpret_cast<OT*>(out);
-    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        os[i] = tab[codes[i]];
-}
 
 // ---- v3: float32 table encode and decode with more bytes in flight per SM -------------------
 //
@@ -213,10 +184,11 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
     }
 }
 
-// fp8_decode_v3<OUT_BYTES, UNR, REPL>: as fp8_decode with UNR words of codes per thread and step
-// (all loads first). REPL (OUT_BYTES 2 or 4): the 256-entry table is held 32 times in shared
-// memory, entry c of copy l at word 32 c + l, and lane l reads copy l: every lookup of a warp hits
-// 32 distinct banks (no conflicts whatever the codes), 32 KB per block.
+// fp8_decode_v3<OUT_BYTES, UNR, REPL>: each thread reads UNR words of 4 codes per step (all loads
+// first) and writes 4 outputs per word through the 256-entry table (coalesced as in fp8_encode).
+// REPL (OUT_BYTES 2 or 4): the table is held 32 times in shared memory, entry c of copy l at word
+// 32 c + l, and lane l reads copy l: every lookup of a warp hits 32 distinct banks (no conflicts
+// whatever the codes), 32 KB per block.
 template <int OUT_BYTES, int UNR, bool REPL>
 __global__ void __launch_bounds__(1024) fp8_decode_v3(const u8* __restrict__ codes, void* __restrict__ out,
                                                      i64 n, int vec, const void* __restrict__ table) {

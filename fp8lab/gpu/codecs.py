@@ -80,10 +80,6 @@ def encode_instance(kind: str, mode: str, sat: bool, use_lut: bool) -> str:
             f"{'true' if use_lut else 'false'}>")
 
 
-def decode_instance(nbytes: int) -> str:
-    return f"fp8_decode<{nbytes}>"
-
-
 def encode_lut32_instance(unr: int, half: bool, cs: bool = True) -> str:
     return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}, {'true' if cs else 'false'}>"
 
@@ -127,7 +123,7 @@ def _instances() -> list[str]:
     out += [encode_cvt_instance(f, s, u, c) for f in CVT_FORMATS for s in (False, True)
             for u in _CVT_UNR for c in (False, True)]
     out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
-    return out + [decode_instance(b) for b in (2, 4, 8)]
+    return out
 
 
 def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=False, bfloat16=False,
