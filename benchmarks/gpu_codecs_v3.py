@@ -67,8 +67,9 @@ def check_encode(cp, G, fp8lab):
         for mode in ROUNDING_MODES[:3]:
             for sat in (False, True):
                 lut = cp.asarray(_lut(f, "float32", mode, sat))
-                for unr, half, cs in G._LUT32_VARIANTS:
-                    cfg = (unr, half, 1024 if not half else 512, 1 if not half else 2, cs)
+                for unr, half, cs, glob in G._LUT32_VARIANTS:
+                    cfg = (unr, half, 512 if glob else 1024 if not half else 512,
+                           0 if glob else 1 if not half else 2, cs, glob)
                     bad = 0
                     for ch in range(4):
                         cp.add(base, np.uint32(ch << 30), out=u)
@@ -81,7 +82,7 @@ def check_encode(cp, G, fp8lab):
                         cx = cp.empty(xs.size, cp.uint8)
                         G._encode_lut32(xs.view(cp.float32), cx, f, mode, sat, cfg)
                         bad += int(red(xs, cx, lut))
-                    tot[f"{fn}/{mode}/sat={int(sat)}/unr={unr},half={int(half)},cs={int(cs)}"] = bad
+                    tot[f"{fn}/{mode}/sat={int(sat)}/unr={unr},half={int(half)},cs={int(cs)},g={int(glob)}"] = bad
                     configs += 1
                     if bad:
                         log(f"ENCODE MISMATCH {fn} {mode} sat={sat} unr={unr} half={half} cs={cs}: {bad}")
@@ -174,8 +175,10 @@ def check_decode(cp, G, fp8lab):
     return res, dec
 
 
-ENC_CFGS = [(4, False, 1024, 1, True), (4, False, 1024, 1, False), (8, False, 1024, 1, False),
-            (4, True, 1024, 2, False), (4, True, 512, 3, False), (8, True, 512, 3, False)]
+ENC_CFGS = [(4, False, 1024, 1, False), (8, False, 1024, 1, False), (8, True, 512, 3, False),
+            (2, False, 512, 0, False, True), (4, False, 512, 0, False, True),
+            (2, False, 256, 0, False, True), (4, False, 256, 0, False, True),
+            (8, False, 512, 4, False, True), (2, False, 512, 0, True, True)]
 CVT_CFGS = [(4, 512, 4, True), (8, 512, 4, True), (4, 512, 4, False), (8, 512, 4, False),
             (4, 256, 0, False), (2, 256, 0, False), (4, 256, 0, True), (2, 512, 0, False)]
 DEC_CFGS = [(4, False, 512, 4), (8, False, 512, 4), (4, True, 512, 4), (8, True, 512, 4),

@@ -128,17 +128,21 @@ template <> struct OutBits<8> { typedef u64 T; };
 // the CPU table and uses HALF only when neg[lut[i]] == lut[i + 2^16] for all 2^16 i (checked on
 // the host, so the halved lookup equals the full one entry for entry). 64 KB + 256 B per block:
 // two or three blocks per SM instead of one. CS: streaming cache hints (as fp8_encode_cvt).
-template <int UNR, bool HALF, bool CS>
+// GLOBAL (not with HALF): no copy into shared memory; lookups read the table in global memory
+// through the read-only cache (__ldg), so blocks need not stay resident (any grid shape).
+template <int UNR, bool HALF, bool CS, bool GLOBAL>
 __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__ x, u8* __restrict__ out,
                                                         i64 n, int vec, const u8* __restrict__ lut) {
-    extern __shared__ __align__(16) u8 lut_s[];
+    static_assert(!(HALF && GLOBAL), "the half table lives in shared memory");
+    extern __shared__ __align__(16) u8 lut_sm[];
     constexpr int TBYTES = HALF ? (1 << 16) + 256 : (1 << 17);
-    {
+    if (!GLOBAL) {
         const uint4* src = reinterpret_cast<const uint4*>(lut);
-        uint4* dst = reinterpret_cast<uint4*>(lut_s);
+        uint4* dst = reinterpret_cast<uint4*>(lut_sm);
         for (int i = threadIdx.x; i < TBYTES / 16; i += blockDim.x) dst[i] = __ldg(src + i);
+        __syncthreads();
     }
-    __syncthreads();
+    const u8* lut_s = GLOBAL ? lut : lut_sm;
     const u8* neg_s = lut_s + (1 << 16);
     const i64 stride = (i64)gridDim.x * blockDim.x;
     const i64 step = (i64)UNR * blockDim.x;
@@ -163,7 +167,7 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
                     c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
                     if (u >> 31) c = neg_s[c];
                 } else {
-                    c = lut_s[fp8_lut32_index(w[k])];
+                    c = GLOBAL ? __ldg(lut_s + fp8_lut32_index(w[k])) : lut_s[fp8_lut32_index(w[k])];
                 }
                 acc |= c << (8 * k);
             }
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
             c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
             if (u >> 31) c = neg_s[c];
         } else {
-            c = lut_s[fp8_lut32_index(u)];
+            c = GLOBAL ? __ldg(lut_s + fp8_lut32_index(u)) : lut_s[fp8_lut32_index(u)];
         }
         out[i] = c;
     }

@@ -29,7 +29,8 @@ _THREADS = 512
 FLOAT32_PATH = "lut"
 #: launch shapes of the v3 kernels (benchmarks/gpu_codecs_v3.py sweeps them; see docs/gpu.md):
 #: float32 table encode fp8_encode_lut32, the float32 default outside E4M3/E5M2 nearest even:
-#: (UNR groups of 4 per thread, half table, threads, blocks per SM, streaming cache hints).
+#: (UNR groups of 4 per thread, half table, threads, blocks per SM (0: one block per UNR *
+#: threads groups), streaming cache hints[, table read from global memory]).
 ENCODE_LUT32 = (4, False, 1024, 1, False)
 #: decode, per output size: (UNR words of codes per thread, replicated table, threads, blocks per
 #: SM). H200 2026-12-02: (8, False, 512, 4) 0.878-0.880 of copy to float32, 0.873 to float16
@@ -80,8 +81,9 @@ def encode_instance(kind: str, mode: str, sat: bool, use_lut: bool) -> str:
             f"{'true' if use_lut else 'false'}>")
 
 
-def encode_lut32_instance(unr: int, half: bool, cs: bool = True) -> str:
-    return f"fp8_encode_lut32<{unr}, {'true' if half else 'false'}, {'true' if cs else 'false'}>"
+def encode_lut32_instance(unr: int, half: bool, cs: bool = True, glob: bool = False) -> str:
+    b = lambda v: "true" if v else "false"
+    return f"fp8_encode_lut32<{unr}, {b(half)}, {b(cs)}, {b(glob)}>"
 
 
 def encode_cvt_instance(fmt: str, sat: bool, unr: int, cs: bool = True) -> str:
@@ -94,7 +96,8 @@ def decode_v3_instance(nbytes: int, unr: int, repl: bool) -> str:
 
 
 #: every (UNR, half) / (nbytes, UNR, repl) that the sweep of benchmarks/gpu_check.py may launch
-_LUT32_VARIANTS = [(u, h, c) for u in (4, 8) for h in (False, True) for c in (False, True)]
+_LUT32_VARIANTS = [(u, h, c, g) for u in (2, 4, 8) for h in (False, True) for c in (False, True)
+                   for g in (False, True) if not (h and g) and (u != 2 or g)]
 #: formats with a hardware conversion (sm_89+: cvt.rn.satfinite.{e4m3,e5m2}x2.f32), nearest even
 CVT_FORMATS = ("e4m3", "e5m2")
 _CVT_UNR = (2, 4, 8)
@@ -119,7 +122,7 @@ def _instances() -> list[str]:
     out = [encode_instance(k, m, s, False) for k in _KIND for m in K.MODE_CODES for s in (False, True)]
     out += [encode_instance("float32", m, s, True) for m in K.MODE_CODES if m != "stochastic"
             for s in (False, True)]
-    out += [encode_lut32_instance(u, h, c) for u, h, c in _LUT32_VARIANTS]
+    out += [encode_lut32_instance(u, h, c, g) for u, h, c, g in _LUT32_VARIANTS]
     out += [encode_cvt_instance(f, s, u, c) for f in CVT_FORMATS for s in (False, True)
             for u in _CVT_UNR for c in (False, True)]
     out += [decode_v3_instance(b, u, r) for b, u, r in _DECODE_VARIANTS]
@@ -197,7 +200,8 @@ def encode(x, fmt, *, rounding=None, saturate=False, seed=None, via_float32=Fals
 
 def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
     """float32 deterministic encode through the CPU table (fp8_encode_lut32, codecs.cu)."""
-    unr, half, threads, per_sm, cs = cfg or ENCODE_LUT32
+    unr, half, threads, per_sm, cs = cfg[:5] if cfg else ENCODE_LUT32[:5]
+    glob = bool((cfg or ENCODE_LUT32)[5:6] and (cfg or ENCODE_LUT32)[5])
     lut = None
     if half:
         lut = _device_table(("lut32h", f.name, mode, sat), lambda: _half_lut(f, mode, sat))
@@ -205,13 +209,15 @@ def _encode_lut32(flat, out, f, mode: str, sat: bool, cfg=None):
             lut, half = None, False
     if lut is None:
         lut = _device_table(("lut", f.name, mode, sat), lambda: _lut(f, "float32", mode, sat))
-    k = _loader.kernel("codecs.cu", encode_lut32_instance(unr, half, cs), _loader.format_defines(f))
-    smem = (1 << 16) + 256 if half else 1 << 17
+    k = _loader.kernel("codecs.cu", encode_lut32_instance(unr, half, cs, glob), _loader.format_defines(f))
+    smem = 0 if glob else (1 << 16) + 256 if half else 1 << 17
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     n = flat.size
     vec = int(flat.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
-    grid = max(1, min(-(-n // (4 * unr * threads)), _sm_count() * per_sm))
+    grid = max(1, -(-n // (4 * unr * threads)))
+    if per_sm:
+        grid = min(grid, _sm_count() * per_sm)
     k((grid,), (threads,), (flat, out, np.int64(n), np.int32(vec), lut), shared_mem=smem)
 
 
