@@ -31,7 +31,7 @@ FLOAT32_PATH = "lut"
 #: float32 table encode fp8_encode_lut32, the float32 default outside E4M3/E5M2 nearest even:
 #: (UNR groups of 4 per thread, half table, threads, blocks per SM (0: one block per UNR *
 #: threads groups), streaming cache hints[, table read from global memory]).
-ENCODE_LUT32 = (4, False, 1024, 1, False)
+ENCODE_LUT32 = (4, False, 512, 0, False, True)
 #: decode, per output size: (UNR words of codes per thread, replicated table, threads, blocks per
 #: SM). H200 2026-12-02: (8, False, 512, 4) 0.878-0.880 of copy to float32, 0.873 to float16
 #: (batched); the replicated table did not help (0.861-0.870 at the same shape).
