@@ -45,3 +45,40 @@ def test_dispatcher_names_the_kernel():
     assert GM.last_kernel == "mma"
     with pytest.raises(ValueError, match="known: auto, wgmma, mma"):
         GM.gemm(a, a, "e4m3", kernel="cutlass")
+
+
+@pytest.mark.parametrize("fa,fb,scaling", [("e4m3", "e4m3", "tensor"), ("e5m2", "e4m3", "block"),
+                                           ("hif8", "hif8", "tensor"), ("hif8", "e4m3", "block")])
+def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
+    """GPU C vs fp8lab.gemm(accumulate="exact") (exact products, exact sum, one rounding), within
+    the fp32 accumulation bound; FP8 tensor cores get the documented 2^-10 allowance."""
+    import cupy as cp
+    import numpy as np
+
+    import fp8lab
+    from fp8lab import QTensor, Scaling
+    from fp8lab.gemm import gemm as cpu_gemm
+    from fp8lab.gpu.gemm import gemm
+
+    rng = np.random.default_rng(abs(hash((fa, fb, scaling))) % 2**32)
+    M, N, K = 70, 130, 300
+    a = fp8lab.encode(rng.standard_normal((M, K)) * 4, fa)
+    b = fp8lab.encode(rng.standard_normal((N, K)) * 4, fb)
+    if scaling == "tensor":
+        sa, sb = np.float32([[0.75]]), np.float32([[1.5]])
+        rec_a = rec_b = Scaling.per_tensor()
+        ga, gb = 0.75, 1.5
+    else:
+        kb = -(-K // 128)
+        sa = rng.uniform(0.5, 2, (M, kb)).astype(np.float32)
+        sb = rng.uniform(0.5, 2, (-(-N // 128), kb)).astype(np.float32)
+        rec_a, rec_b = Scaling.parse("block:128"), Scaling.parse("tile:128")
+        ga, gb = cp.asarray(sa), cp.asarray(sb)
+    qa, qb = QTensor(a, sa, fa, rec_a), QTensor(b, sb, fb, rec_b)
+    exact = cpu_gemm(qa, qb, accumulate="exact", out_dtype=np.float64)
+    got = gemm(cp.asarray(a), cp.asarray(b), fa, fb, scale_a=ga, scale_b=gb, scaling=scaling).get()
+    mag = np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T
+    fp8 = fa in ("e4m3", "e5m2") and fb in ("e4m3", "e5m2")
+    tol = ((K + 2) * 2.0**-24 + (2.0**-10 if fp8 else 0.0)) * mag
+    assert np.isfinite(got).all()
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
