@@ -120,30 +120,13 @@ template <> struct OutBits<8> { typedef u64 T; };
 
 // ---- v3: float32 table encode and decode with more bytes in flight per SM -------------------
 //
-// fp8_encode_lut32<UNR, HALF, CS>: float32 deterministic modes through the CPU's float32 table.
-// Thread t of a block step takes groups t, t + blockDim, ... (UNR of them, all loads issued before
-// any use; coalesced as in fp8_encode). HALF: the table in shared memory holds only the 2^16
-// entries of the positive half (index bit 16 is the sign bit) plus a 256-entry map `neg` from a
-// positive result code to the code of the negated input; fp8lab.gpu.codecs builds that map from
-// the CPU table and uses HALF only when neg[lut[i]] == lut[i + 2^16] for all 2^16 i (checked on
-// the host, so the halved lookup equals the full one entry for entry). 64 KB + 256 B per block:
-// two or three blocks per SM instead of one. CS: streaming cache hints (as fp8_encode_cvt).
-// GLOBAL (not with HALF): no copy into shared memory; lookups read the table in global memory
-// through the read-only cache (__ldg), so blocks need not stay resident (any grid shape).
-template <int UNR, bool HALF, bool CS, bool GLOBAL>
-__global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__ x, u8* __restrict__ out,
-                                                        i64 n, int vec, const u8* __restrict__ lut) {
-    static_assert(!(HALF && GLOBAL), "the half table lives in shared memory");
-    extern __shared__ __align__(16) u8 lut_sm[];
-    constexpr int TBYTES = HALF ? (1 << 16) + 256 : (1 << 17);
-    if (!GLOBAL) {
-        const uint4* src = reinterpret_cast<const uint4*>(lut);
-        uint4* dst = reinterpret_cast<uint4*>(lut_sm);
-        for (int i = threadIdx.x; i < TBYTES / 16; i += blockDim.x) dst[i] = __ldg(src + i);
-        __syncthreads();
-    }
-    const u8* lut_s = GLOBAL ? lut : lut_sm;
-    const u8* neg_s = lut_s + (1 << 16);
+// The loop shared by the float32 encoders: groups of 4 elements (one uint4 in, one word of codes
+// out), UNR groups per thread and block step with all loads issued first, thread t taking groups
+// t, t + blockDim, ... (coalesced); then a scalar grid-stride tail. `enc.word(uint4)` encodes a
+// group, `enc.one(u32)` one element. CS: streaming cache hints on the loads and stores.
+template <int UNR, bool CS, class Enc>
+__device__ __forceinline__ void encode_f32_groups(const u32* __restrict__ x, u8* __restrict__ out, i64 n,
+                                                  int vec, const Enc& enc) {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     const i64 step = (i64)UNR * blockDim.x;
     const i64 nsteps = vec ? n / (4 * step) : 0;
@@ -157,35 +140,51 @@ __global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__
         for (int j = 0; j < UNR; j++) buf[j] = CS ? __ldcs(xv + g0 + j * blockDim.x) : xv[g0 + j * blockDim.x];
 #pragma unroll
         for (int j = 0; j < UNR; j++) {
-            const u32 w[4] = {buf[j].x, buf[j].y, buf[j].z, buf[j].w};
-            u32 acc = 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                u32 c;
-                if (HALF) {
-                    const u32 u = w[k];
-                    c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
-                    if (u >> 31) c = neg_s[c];
-                } else {
-                    c = GLOBAL ? __ldg(lut_s + fp8_lut32_index(w[k])) : lut_s[fp8_lut32_index(w[k])];
-                }
-                acc |= c << (8 * k);
-            }
+            const u32 acc = enc.word(buf[j]);
             if (CS) __stcs(ow + g0 + j * blockDim.x, acc);
             else ow[g0 + j * blockDim.x] = acc;
         }
     }
-    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const u32 u = x[i];
-        u8 c;
+    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = enc.one(x[i]);
+}
+
+// fp8_encode_lut32<UNR, HALF, CS, GLOBAL>: float32 deterministic modes through the CPU's float32
+// table, in the loop of encode_f32_groups. HALF: the table in shared memory holds only the 2^16
+// entries of the positive half (index bit 16 is the sign bit) plus a 256-entry map `neg` from a
+// positive result code to the code of the negated input; fp8lab.gpu.codecs builds that map from
+// the CPU table and uses HALF only when neg[lut[i]] == lut[i + 2^16] for all 2^16 i (checked on
+// the host, so the halved lookup equals the full one entry for entry). 64 KB + 256 B per block:
+// two or three blocks per SM instead of one.
+// GLOBAL (not with HALF): no copy into shared memory; lookups read the table in global memory
+// through the read-only cache (__ldg), so blocks need not stay resident (any grid shape).
+template <bool HALF, bool GLOBAL>
+struct LutEnc {
+    const u8* lut;   // the table (shared or, GLOBAL, global memory)
+    __device__ __forceinline__ u8 one(u32 u) const {
         if (HALF) {
-            c = lut_s[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
-            if (u >> 31) c = neg_s[c];
-        } else {
-            c = GLOBAL ? __ldg(lut_s + fp8_lut32_index(u)) : lut_s[fp8_lut32_index(u)];
+            const u8 c = lut[((u >> 15) & 0xFFFEu) | ((u & 0xFFFFu) != 0u ? 1u : 0u)];
+            return (u >> 31) ? lut[(1 << 16) + c] : c;   // the sign map follows the half table
         }
-        out[i] = c;
+        return GLOBAL ? __ldg(lut + fp8_lut32_index(u)) : lut[fp8_lut32_index(u)];
     }
+    __device__ __forceinline__ u32 word(uint4 w) const {
+        return (u32)one(w.x) | ((u32)one(w.y) << 8) | ((u32)one(w.z) << 16) | ((u32)one(w.w) << 24);
+    }
+};
+
+template <int UNR, bool HALF, bool CS, bool GLOBAL>
+__global__ void __launch_bounds__(1024) fp8_encode_lut32(const u32* __restrict__ x, u8* __restrict__ out,
+                                                        i64 n, int vec, const u8* __restrict__ lut) {
+    static_assert(!(HALF && GLOBAL), "the half table lives in shared memory");
+    extern __shared__ __align__(16) u8 lut_sm[];
+    constexpr int TBYTES = HALF ? (1 << 16) + 256 : (1 << 17);
+    if (!GLOBAL) {
+        const uint4* src = reinterpret_cast<const uint4*>(lut);
+        uint4* dst = reinterpret_cast<uint4*>(lut_sm);
+        for (int i = threadIdx.x; i < TBYTES / 16; i += blockDim.x) dst[i] = __ldg(src + i);
+        __syncthreads();
+    }
+    encode_f32_groups<UNR, CS>(x, out, n, vec, LutEnc<HALF, GLOBAL>{GLOBAL ? lut : lut_sm});
 }
 
 // fp8_decode_v3<OUT_BYTES, UNR, REPL>: each thread reads UNR words of 4 codes per step (all loads
@@ -248,49 +247,34 @@ __global__ void __launch_bounds__(1024) fp8_decode_v3(const u8* __restrict__ cod
 // construction): every element with |x| bits >= `special` (passed by fp8lab.gpu.codecs, derived
 // from the CPU table: the first magnitude that overflows without saturation; NaN only with it),
 // i.e. NaN (the contract keeps NaN's sign, E5M2 emits 0x7E) and non-saturating overflow. A group
-// of 4 takes that branch only if one of its elements needs it. Mapping and tail as fp8_encode.
-// CS: streaming cache hints on the loads and stores (ld.global.cs / st.global.cs) or plain ones.
+// of 4 takes that branch only if one of its elements needs it. Loop: encode_f32_groups.
+template <bool E5M2, bool SAT>
+struct CvtEnc {
+    const FmtShared* t;
+    u32 special;
+    __device__ __forceinline__ u8 one(u32 u) const { return fp8_encode_f32_det<MODE_NEAREST_EVEN, SAT>(u, *t); }
+    __device__ __forceinline__ u32 word(uint4 w) const {
+        u16 lo, hi;   // cvt packs its first source into the upper byte
+        if (E5M2) {
+            asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "r"(w.y), "r"(w.x));
+            asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "r"(w.w), "r"(w.z));
+        } else {
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "r"(w.y), "r"(w.x));
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "r"(w.w), "r"(w.z));
+        }
+        const bool any = ((w.x & 0x7FFFFFFFu) >= special) | ((w.y & 0x7FFFFFFFu) >= special) |
+                         ((w.z & 0x7FFFFFFFu) >= special) | ((w.w & 0x7FFFFFFFu) >= special);
+        if (any)
+            return (u32)one(w.x) | ((u32)one(w.y) << 8) | ((u32)one(w.z) << 16) | ((u32)one(w.w) << 24);
+        return (u32)lo | ((u32)hi << 16);
+    }
+};
+
 template <bool E5M2, bool SAT, int UNR, bool CS>
 __global__ void __launch_bounds__(1024) fp8_encode_cvt(const u32* __restrict__ x, u8* __restrict__ out,
                                                       i64 n, int vec, u32 special) {
     __shared__ FmtShared t;
     fmt_load_shared(t);
     __syncthreads();
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 step = (i64)UNR * blockDim.x;
-    const i64 nsteps = vec ? n / (4 * step) : 0;
-    const i64 nfull = nsteps * step * 4;
-    const uint4* xv = reinterpret_cast<const uint4*>(x);
-    u32* ow = reinterpret_cast<u32*>(out);
-    for (i64 st = blockIdx.x; st < nsteps; st += gridDim.x) {
-        const i64 g0 = st * step + threadIdx.x;
-        uint4 buf[UNR];
-#pragma unroll
-        for (int j = 0; j < UNR; j++) buf[j] = CS ? __ldcs(xv + g0 + j * blockDim.x) : xv[g0 + j * blockDim.x];
-#pragma unroll
-        for (int j = 0; j < UNR; j++) {
-            const u32 w[4] = {buf[j].x, buf[j].y, buf[j].z, buf[j].w};
-            u16 lo, hi;   // cvt packs its first source into the upper byte
-            if (E5M2) {
-                asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "r"(w[1]), "r"(w[0]));
-                asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "r"(w[3]), "r"(w[2]));
-            } else {
-                asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "r"(w[1]), "r"(w[0]));
-                asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "r"(w[3]), "r"(w[2]));
-            }
-            u32 acc = (u32)lo | ((u32)hi << 16);
-            const bool any = ((w[0] & 0x7FFFFFFFu) >= special) | ((w[1] & 0x7FFFFFFFu) >= special) |
-                             ((w[2] & 0x7FFFFFFFu) >= special) | ((w[3] & 0x7FFFFFFFu) >= special);
-            if (any) {
-                acc = 0;
-#pragma unroll
-                for (int k = 0; k < 4; k++)
-                    acc |= (u32)fp8_encode_f32_det<MODE_NEAREST_EVEN, SAT>(w[k], t) << (8 * k);
-            }
-            if (CS) __stcs(ow + g0 + j * blockDim.x, acc);
-            else ow[g0 + j * blockDim.x] = acc;
-        }
-    }
-    for (i64 i = nfull + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = fp8_encode_f32_det<MODE_NEAREST_EVEN, SAT>(x[i], t);
+    encode_f32_groups<UNR, CS>(x, out, n, vec, CvtEnc<E5M2, SAT>{&t, special});
 }
