@@ -206,12 +206,77 @@ def run(rng, res, log):
     res["gemm_bench"] = bench(log)
 
 
+def check_grouped(log, cases=((5, 130, 200, 300), (3, 256, 128, 256), (2, 1, 1, 1))):
+    """gemm_grouped == G separate gemm calls, bit for bit (same kernel and tile arithmetic), for
+    every pair x scaling x out dtype; outputs poisoned first."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm, gemm_grouped
+    bad = n = 0
+    for (g, M, N, K) in cases:
+        for fa, fb in PAIRS:
+            a = _codes(cp, G, (g, M, K), fa)
+            b = _codes(cp, G, (g, N, K), fb)
+            for scaling in ("tensor", "row_col", "block"):
+                per = [_make_scales(cp, scaling, M, N, K) for _ in range(g)]
+                sa = cp.stack([p[0] for p in per])
+                sb = cp.stack([p[1] for p in per])
+                if scaling == "tensor":
+                    sa, sb = sa.reshape(g), sb.reshape(g)
+                for out_dtype in ("float32", "bfloat16"):
+                    odt = cp.uint16 if out_dtype == "bfloat16" else cp.float32
+                    out = cp.full((g, M, N), 0x7FC0 if out_dtype == "bfloat16" else np.nan, odt)
+                    gemm_grouped(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
+                                 out_dtype=out_dtype, out=out)
+                    want = cp.stack([gemm(a[i], b[i], fa, fb, scale_a=per[i][0], scale_b=per[i][1],
+                                          scaling=scaling, out_dtype=out_dtype) for i in range(g)])
+                    w = out.view(cp.uint16 if out_dtype == "bfloat16" else cp.uint32)
+                    v = want.view(cp.uint16 if out_dtype == "bfloat16" else cp.uint32)
+                    d = int((w != v).sum())
+                    n += 1
+                    if d:
+                        bad += 1
+                        log(f"GROUPED MISMATCH G={g} {M}x{N}x{K} {fa}x{fb} {scaling} {out_dtype}: {d}")
+    log(f"grouped check: {n} cases, {bad} with differences from separate calls")
+    return bad
+
+
+def bench_grouped(log, g=64, shape=(8192, 256, 256)):
+    """g GEMMs of one shape, e4m3 per-tensor, bfloat16 out: one gemm_grouped launch against g
+    torch._scaled_mm (cuBLASLt) calls and g fp8lab gemm calls."""
+    import cupy as cp
+    import torch
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm, gemm_grouped
+    M, N, K = shape
+    a = _codes(cp, G, (g, M, K), "e4m3")
+    b = _codes(cp, G, (g, N, K), "e4m3")
+    sa = cp.ones(g, cp.float32)
+    sb = cp.ones(g, cp.float32)
+    out = cp.empty((g, M, N), cp.uint16)
+    t_grouped = _timeit(cp, lambda: gemm_grouped(a, b, "e4m3", scale_a=sa, scale_b=sb,
+                                                 out_dtype="bfloat16", out=out))
+    t_calls = _timeit(cp, lambda: [gemm(a[i], b[i], "e4m3", scale_a=sa[i:i + 1], scale_b=sb[i:i + 1],
+                                        out_dtype="bfloat16", out=out[i]) for i in range(g)])
+    ta = [torch.from_dlpack(a[i]).view(torch.float8_e4m3fn) for i in range(g)]
+    tb = [torch.from_dlpack(b[i]).view(torch.float8_e4m3fn) for i in range(g)]
+    one = torch.ones((), device="cuda")
+    t_lt = _timeit(cp, lambda: [torch._scaled_mm(ta[i], tb[i].t(), scale_a=one, scale_b=one,
+                                                 out_dtype=torch.bfloat16) for i in range(g)])
+    fl = 2.0 * g * M * N * K
+    log(f"grouped {g} x {M}x{N}x{K} e4m3 per-tensor, bf16 out: one launch {t_grouped * 1e3:.3f} ms "
+        f"({fl / t_grouped / 1e12:.0f} TFLOPS); {g} fp8lab calls {t_calls * 1e3:.3f} ms; {g} cuBLASLt "
+        f"calls {t_lt * 1e3:.3f} ms; speed-up over cuBLASLt calls {t_lt / t_grouped:.2f}x (target >= 2x)")
+    return {"grouped_ms": t_grouped * 1e3, "calls_ms": t_calls * 1e3, "cublaslt_ms": t_lt * 1e3}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--small", action="store_true", help="one tiny case (for compute-sanitizer)")
     ap.add_argument("--kernel", default="auto", help="auto, wgmma or mma")
+    ap.add_argument("--grouped", action="store_true", help="grouped GEMM check and benchmark")
     ap.add_argument("--shapes", default=None, help="bench shapes, e.g. 8192x8192x8192,2048x1024x1024")
     a = ap.parse_args(argv)
     import fp8lab.gpu
@@ -222,6 +287,9 @@ def main(argv=None):
     if a.small:
         bad = check(print, shapes=((70, 130, 200),), kernel=a.kernel)
         sys.exit(1 if bad else 0)
+    if a.grouped:
+        check_grouped(print)
+        bench_grouped(print)
     if a.check:
         check(print, kernel=a.kernel)
     if a.bench:

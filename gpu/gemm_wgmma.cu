@@ -14,6 +14,8 @@
 // 128-element block. Ragged M, N, K: TMA fills out-of-bounds elements with zeros; the epilogue
 // stores in bounds only. Tensor maps (2-D, 128B swizzle) are built on the host and passed in
 // global memory (A's at tmaps[0..127], B's at tmaps[128..255]).
+// G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
+// scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -88,7 +90,7 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
 template <int TA, int TB, int SCALE, int OUT, int ST>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
-        const float* __restrict__ sa, const float* __restrict__ sb, int kblocks) {
+        const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G) {
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
     constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
@@ -100,9 +102,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const u32 sbase = smem_u32(smem);
 
     const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    const int ntiles = tiles_m * tiles_n, per_group = WG_GROUP_M * tiles_n;
-    // tile -> (tm, tn): groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
-    auto tile_mn = [&](int tile, int& tm, int& tn) {
+    const int per_gemm = tiles_m * tiles_n, ntiles = G * per_gemm, per_group = WG_GROUP_M * tiles_n;
+    // tile -> (g, tm, tn): GEMM g of the G stacked ones (A rows g*M.., B rows g*N.., C rows
+    // g*M..), then groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
+    auto tile_mn = [&](int tile, int& g, int& tm, int& tn) {
+        g = tile / per_gemm;
+        tile -= g * per_gemm;
         const int first_m = (tile / per_group) * WG_GROUP_M;
         const int gsz = min(tiles_m - first_m, WG_GROUP_M);
         tm = first_m + (tile % per_group) % gsz;
@@ -129,9 +134,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
             int it = 0;
             for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-                int tm, tn;
-                tile_mn(tile, tm, tn);
-                const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+                int g, tm, tn;
+                tile_mn(tile, g, tm, tn);
+                // rows of a partial tile past M (N) come from the next GEMM: they only reach
+                // outputs the epilogue does not store
+                const int m0 = g * M + tm * WG_BM, n0 = g * N + tn * WG_BN;
                 for (int kt = 0; kt < ktiles; kt++, it++) {
                     const int s = it % ST;
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
@@ -156,9 +163,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const bool pair_ok = (ldc & 1) == 0;
     int it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        int tm, tn;
-        tile_mn(tile, tm, tn);
-        const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+        int g, tm, tn;
+        tile_mn(tile, g, tm, tn);
+        const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // inside GEMM g
+        // GEMM g's scales and output rows
+        const float* sag = sa + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * M : (size_t)g * M * kblocks);
+        const float* sbg = sb + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * N : (size_t)g * tiles_n * kblocks);
+        const size_t crow = (size_t)g * M;
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
@@ -166,9 +177,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             const int s = it % ST;
             float s0 = 1.f, s1 = 1.f;
             if (SCALE == 2) {
-                const float b = sb[(size_t)tn * kblocks + kt];
-                s0 = (r0 < M ? sa[(size_t)r0 * kblocks + kt] : 0.f) * b;
-                s1 = (r1 < M ? sa[(size_t)r1 * kblocks + kt] : 0.f) * b;
+                const float b = sbg[(size_t)tn * kblocks + kt];
+                s0 = (r0 < M ? sag[(size_t)r0 * kblocks + kt] : 0.f) * b;
+                s1 = (r1 < M ? sag[(size_t)r1 * kblocks + kt] : 0.f) * b;
             }
             mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
             const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
@@ -196,15 +207,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
 
         // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
-        const float st = SCALE == 0 ? sa[0] * sb[0] : 1.f;
-        const float ra0 = SCALE == 1 && r0 < M ? sa[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sa[r1] : 1.f;
+        const float st = SCALE == 0 ? sag[0] * sbg[0] : 1.f;
+        const float ra0 = SCALE == 1 && r0 < M ? sag[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sag[r1] : 1.f;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const int c = n0 + 8 * j + 2 * (lane & 3);
             if (c >= N) continue;
             const bool two = c + 1 < N;
             float cb0 = 1.f, cb1 = 1.f;
-            if (SCALE == 1) { cb0 = sb[c]; cb1 = two ? sb[c + 1] : 1.f; }
+            if (SCALE == 1) { cb0 = sbg[c]; cb1 = two ? sbg[c + 1] : 1.f; }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = h ? r1 : r0;
@@ -212,7 +223,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
                 if (SCALE == 0) { v0 *= st; v1 *= st; }
                 else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
-                const size_t o = (size_t)r * ldc + c;
+                const size_t o = (crow + r) * ldc + c;
                 if (OUT == 0) {
                     float* p = reinterpret_cast<float*>(C) + o;
                     if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);

@@ -82,3 +82,19 @@ def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
     tol = ((K + 2) * 2.0**-24 + (2.0**-10 if fp8 else 0.0)) * mag
     assert np.isfinite(got).all()
     assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
+
+
+def test_grouped_equals_separate_calls():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_gemm
+    assert gpu_gemm.check_grouped(print, cases=((3, 130, 200, 300), (2, 1, 1, 1))) == 0
+
+
+def test_grouped_shape_errors():
+    import cupy as cp
+    from fp8lab.gpu.gemm import gemm_grouped
+    a = cp.zeros((2, 4, 8), cp.uint8)
+    with pytest.raises(ValueError, match="same G and K"):
+        gemm_grouped(a, cp.zeros((3, 4, 8), cp.uint8), "e4m3")
+    with pytest.raises(ValueError, match=r"scale_a must have shape \(2,\)"):
+        gemm_grouped(a, a, "e4m3", scale_a=cp.ones(3, cp.float32))

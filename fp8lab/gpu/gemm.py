@@ -23,7 +23,7 @@ from ..formats import get_format
 from . import _loader
 from .codecs import _as_cupy, _device_table, _sm_count
 
-__all__ = ["gemm", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
+__all__ = ["gemm", "gemm_grouped", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
 
 SCALINGS = ("tensor", "row_col", "block")
 LAYOUTS = ("nt", "nn")
@@ -199,12 +199,14 @@ def _wgmma_ok() -> bool:
     return cp.cuda.Device().compute_capability == "90"
 
 
-def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
+def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G=1):
     """The launches of one wgmma-path call, as (kernel, grid, block, args, shared memory).
 
     Derived operands (decoded, transposed, padded) are written by launches in the list, or by
-    CuPy copies made here (the padded path), in stream order before the GEMM."""
+    CuPy copies made here (the padded path), in stream order before the GEMM. G > 1: ``a`` and
+    ``b`` hold G GEMMs' operands stacked by rows ((G*M, K), (G*N, K), NT only)."""
     M, K = a.shape
+    M //= G
     fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
     launches = []
     bt = _transpose(b, cp, launches) if layout == "nn" else b
@@ -220,17 +222,17 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp):
             _run(launches, a, b, out, sa, sb)   # the transpose first
             launches = []
             a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
-    N = b2.shape[0]
+    N = b2.shape[0] // G
     maps = _tmaps(a2, b2, es)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
     smem = _STAGES[es] * 2 * 128 * 128 * es + 1024
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
-    tiles = (-(-M // 128)) * (-(-N // 128))
-    dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb))
+    tiles = G * (-(-M // 128)) * (-(-N // 128))
+    dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G))
     launches.append((k, (min(tiles, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
-                                                sb, dims[4]), smem))
+                                                sb, dims[4], dims[5]), smem))
     # replayable when every derived operand is made by a launch of the list (no padded copy or
     # separate decode made here)
     replay = (a2 is a and b2 is bt) if fp8 else FUSED_DECODE
@@ -357,4 +359,91 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
     k(grid, (256,), (a, b, out, np.int32(M), np.int32(N), np.int32(K), np.int32(a.strides[0]),
                      np.int32(b.strides[0]), np.int32(N), ta, tb, sa, sb, np.int32(kb)))
     last_kernel = "mma"
+    return out
+
+
+def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
+                 out_dtype="float32", out=None):
+    """G scaled GEMMs of one shape in one launch: ``C[g] = (A[g] * sa[g]) @ (B[g] * sb[g])^T``.
+
+    Parameters
+    ----------
+    a : (G, M, K) uint8 codes of ``fmt_a``; b : (G, N, K) codes of ``fmt_b`` (the NT layout).
+    scale_a, scale_b : per GEMM, in the shapes of :func:`gemm` with a leading G: "tensor" a scalar
+        (every GEMM) or (G,); "row_col" (G, M) and (G, N); "block" (G, M, ceil(K/128)) and
+        (G, ceil(N/128), ceil(K/128)).
+    out_dtype, out : as :func:`gemm`; ``out`` is (G, M, N).
+
+    Same arithmetic as G calls of :func:`gemm` (the same kernel, its tiles spread over all G
+    GEMMs). On a GPU without wgmma (not sm_90) it runs G calls of :func:`gemm`.
+    """
+    import cupy as cp
+
+    global last_kernel
+    fa = get_format(fmt_a)
+    fb = get_format(fmt_b if fmt_b is not None else fmt_a)
+    if scaling not in SCALINGS:
+        raise ValueError(f"unknown scaling {scaling!r}; known: {', '.join(SCALINGS)}")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
+    a, b = _as_cupy(a), _as_cupy(b)
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype != cp.uint8 or x.ndim != 3:
+            raise TypeError(f"{name} must be a 3-D (G, rows, K) uint8 CuPy array of codes, got "
+                            f"{x.dtype} {x.shape}")
+    G, M, K = a.shape
+    if b.shape[0] != G or b.shape[2] != K:
+        raise ValueError(f"a is (G, M, K) = {a.shape}; b must be (G, N, K) with the same G and K, "
+                         f"got {b.shape}")
+    N = b.shape[1]
+    kb = -(-K // BLOCK)
+    shapes = {"tensor": ((G,), (G,)), "row_col": ((G, M), (G, N)),
+              "block": ((G, M, kb), (G, -(-N // BLOCK), kb))}[scaling]
+
+    def scales(s, shape, name):
+        if scaling == "tensor" and isinstance(s, (int, float, np.floating, np.integer)):
+            return cp.full(shape, np.float32(s), cp.float32)
+        s = cp.ascontiguousarray(cp.asarray(s, dtype=cp.float32))
+        if s.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} for {scaling} scaling, got {s.shape}")
+        return s.reshape(-1)
+
+    sa, sb = scales(scale_a, shapes[0], "scale_a"), scales(scale_b, shapes[1], "scale_b")
+    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
+    if out is None:
+        out = cp.empty((G, M, N), odt)
+    elif out.shape != (G, M, N) or out.dtype != odt or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous ({G}, {M}, {N}) array of {odt}")
+    if out.size == 0:
+        last_kernel = None
+        return out
+    if K == 0:
+        out[...] = 0
+        last_kernel = None
+        return out
+    if not _wgmma_ok():
+        sa2 = sa.reshape(shapes[0])
+        sb2 = sb.reshape(shapes[1])
+        for g in range(G):
+            gemm(a[g], b[g], fa.name, fb.name, scale_a=sa2[g].reshape(-1) if scaling == "tensor" else sa2[g],
+                 scale_b=sb2[g].reshape(-1) if scaling == "tensor" else sb2[g], scaling=scaling,
+                 out_dtype=out_dtype, out=out[g])
+        return out
+    a2 = cp.ascontiguousarray(a).reshape(G * M, K)
+    b2 = cp.ascontiguousarray(b).reshape(G * N, K)
+    key = ("grouped", G, cp.cuda.Device().id, a2.data.ptr, a2.shape, a2.strides, b2.data.ptr,
+           b2.shape, b2.strides, fa.name, fb.name, scaling, out_dtype, out.data.ptr, sa.data.ptr,
+           sb.data.ptr, FUSED_DECODE)
+    plan = _plans.get(key)
+    if plan is None:
+        launches, name, replay = _gemm_wgmma(a2, b2, fa, fb, sa, sb, scaling, "nt", out_dtype, out,
+                                             kb, cp, G=G)
+        if replay:
+            if len(_plans) > 256:
+                _plans.clear()
+            _plans[key] = (launches, name)
+    else:
+        launches, name = plan
+    _run(launches, a2, b2, out, sa, sb)
+    last_kernel = name
     return out
