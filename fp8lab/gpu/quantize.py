@@ -1,15 +1,14 @@
 """Scaled quantization of CuPy arrays: the same codes and scales as :func:`fp8lab.quantize`.
 
-Steps, each on the GPU except the scale rule: (1) block maxima of ``|x|`` over finite elements
-(one CuPy reduction over the blocks of :func:`fp8lab.qtensor._geometry`; exact: a maximum never
-rounds); (2) the scales from those maxima by the CPU's own rule (:func:`fp8lab.scaling.compute_scale`,
-a few values per block, copied to the host and back); (3) ``q = fl64(x / s)`` in float64 on the
-GPU (IEEE division, as the CPU does it) and ``code = encode(q)`` by :func:`fp8lab.gpu.encode`'s
-float64 path, which is bit-identical to :func:`fp8lab.encode` (``docs/gpu.md``). Stochastic
-rounding keys element ``i``'s random bits by its C-order index, as the CPU does.
-
-Not fused yet: the float64 quotient is materialized (13 bytes of traffic per float32 element more
-than a fused kernel), and the scale rule runs on the host.
+Float32 (and float16) input in a deterministic mode, all on the device, no host round trip:
+(1) block maxima of finite ``|x|`` (one CuPy reduction pass; exact: a maximum never rounds);
+(2) the scales by the CPU's rule ported to the device (``fp8_scales`` in ``gpu/quantize.cu``,
+the same double-precision operations as :func:`fp8lab.scaling.compute_scale`); (3) one cast
+kernel (``fp8_quantize_f32``) that rounds ``x / s`` once, as the CPU's float32 route does.
+Float64 input and stochastic rounding take the composed path: block maxima, the scale rule on
+the host, ``q = fl64(x / s)`` on the GPU and :func:`fp8lab.gpu.encode`'s float64 encoder (element
+``i`` draws the same random bits as on the CPU). Both are checked bit for bit against the CPU
+(``docs/gpu.md``).
 """
 
 from __future__ import annotations
