@@ -31,6 +31,13 @@ def _input(rng, shape, dtype):
     return x
 
 
+def _differences(got, ref):
+    """(codes, scales) that differ between a GPUQTensor and the CPU QTensor (scales bitwise)."""
+    dc = int((got.codes.get() != ref.codes).sum())
+    ds = int((got.scales.get().view(np.uint32) != ref.scales.view(np.uint32)).sum())
+    return dc, ds
+
+
 ROUNDINGS = ((None, None, False), ("stochastic", 7, False), ("toward_zero", None, True))
 
 
@@ -58,9 +65,7 @@ def check(log, shapes=SHAPES, roundings=ROUNDINGS):
                             ref = fp8lab.quantize(x, fmt, scaling=rec, **kw)
                         except ValueError:  # recipe not defined for this shape (tile on 1-D)
                             continue
-                        got = quantize(xd, fmt, scaling=rec, **kw)
-                        dc = int((got.codes.get() != ref.codes).sum())
-                        ds = int((got.scales.get().view(np.uint32) != ref.scales.view(np.uint32)).sum())
+                        dc, ds = _differences(quantize(xd, fmt, scaling=rec, **kw), ref)
                         n += 1
                         if dc or ds:
                             bad += 1
@@ -72,9 +77,7 @@ def check(log, shapes=SHAPES, roundings=ROUNDINGS):
                    dict(scaling="channel", scales=np.float32(rng.uniform(0.5, 3, (257, 1))))):
             for rounding in (None, "toward_zero"):
                 ref = fp8lab.quantize(x, fmt, rounding=rounding, **kw)
-                got = quantize(cp.asarray(x), fmt, rounding=rounding, **kw)
-                dc = int((got.codes.get() != ref.codes).sum())
-                ds = int((got.scales.get().view(np.uint32) != ref.scales.view(np.uint32)).sum())
+                dc, ds = _differences(quantize(cp.asarray(x), fmt, rounding=rounding, **kw), ref)
                 n += 1
                 if dc or ds:
                     bad += 1

@@ -44,12 +44,14 @@ from ._kernels import encode_one, fma32
 
 _INF = np.inf
 _F64_INF_BITS = 0x7FF << 52  # float64 exponent all ones
-_F32_PATH_MIN_SCALE = np.float32(2.0 ** -60)
+_F32_PATH_MIN_SCALE = np.float32(2.0 ** -60)  # also in gpu/quantize.cu (fp8_quantize_elem)
 
 
 @jit(inline="always")
 def scale_of(amax, fmax, emax, rule, margin):
-    """Scale of one block (float64 holding a float32 value). See fp8lab.scaling.compute_scale."""
+    """Scale of one block (float64 holding a float32 value). See fp8lab.scaling.compute_scale.
+
+    Its device twin is ``fp8_scale_of`` in gpu/quantize.cu (same operations): change both."""
     if amax == 0.0:
         return 1.0
     if amax == _INF:

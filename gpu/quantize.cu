@@ -17,6 +17,7 @@
 // (P, R, C) array has scale scales[(p * nbR + r / BR) * nbC + c / BC].
 #include "fp8_codec.cuh"
 
+// The CPU's scale_of (fp8lab._scaling_kernels), operation for operation: change both.
 __device__ __forceinline__ double fp8_scale_of(double amax, double target, int emax, int rule, int margin) {
     if (amax == 0.0) return 1.0;
     if (isinf(amax)) return ldexp(1.0, 127);
@@ -52,7 +53,7 @@ template <int MODE, bool SAT, int CVT>
 __device__ __forceinline__ u8 fp8_quantize_elem(u32 xb, float s, const FmtShared& t, const u8* lut,
                                                 u32 special) {
     const float xv = __uint_as_float(xb);
-    if (s < 0x1p-60f) {
+    if (s < 0x1p-60f) {   // fp8lab._scaling_kernels._F32_PATH_MIN_SCALE
         const double q = (double)xv / (double)s;
         const u64 v = (u64)__double_as_longlong(q);
         return fp8_encode_generic<53, 1023, MODE, SAT>((v >> 63) != 0, (i64)(v & 0x7FFFFFFFFFFFFFFFull),

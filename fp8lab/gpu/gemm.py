@@ -250,6 +250,25 @@ def _run(launches, a, b, out, sa, sb):
 _plans: dict = {}
 
 
+def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G=1) -> str:
+    """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name."""
+    key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
+           fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
+           FUSED_DECODE)
+    plan = _plans.get(key)
+    if plan is None:
+        launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
+                                             kb, cp, G)
+        if replay:
+            if len(_plans) > 256:
+                _plans.clear()
+            _plans[key] = (launches, name)
+    else:
+        launches, name = plan
+    _run(launches, a, b, out, sa, sb)
+    return name
+
+
 _scalars: dict = {}
 
 
@@ -270,6 +289,23 @@ def _scale(s, shape, name):
     if s.shape != shape:
         raise ValueError(f"{name} must have shape {shape} for this scaling, got {s.shape}")
     return s
+
+
+def _check_choices(scaling, out_dtype):
+    if scaling not in SCALINGS:
+        raise ValueError(f"unknown scaling {scaling!r}; known: {', '.join(SCALINGS)}")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
+
+
+def _output(out, shape, out_dtype, cp):
+    """``out`` checked (C-contiguous, ``shape``, the dtype of ``out_dtype``), or a new array."""
+    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
+    if out is None:
+        return cp.empty(shape, odt)
+    if out.shape != shape or out.dtype != odt or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {shape} array of {odt}")
+    return out
 
 
 def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt",
@@ -297,14 +333,11 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
 
     fa = get_format(fmt_a)
     fb = get_format(fmt_b if fmt_b is not None else fmt_a)
-    if scaling not in SCALINGS:
-        raise ValueError(f"unknown scaling {scaling!r}; known: {', '.join(SCALINGS)}")
+    _check_choices(scaling, out_dtype)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; known: {', '.join(KERNELS)}")
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
     a, b = _as_cupy(a), _as_cupy(b)
     for name, x in (("a", a), ("b", b)):
         if x.dtype != cp.uint8 or x.ndim != 2:
@@ -322,11 +355,7 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         sa, sb = _scale(scale_a, (M,), "scale_a"), _scale(scale_b, (N,), "scale_b")
     else:
         sa, sb = _scale(scale_a, (M, kb), "scale_a"), _scale(scale_b, (-(-N // BLOCK), kb), "scale_b")
-    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
-    if out is None:
-        out = cp.empty((M, N), odt)
-    elif out.shape != (M, N) or out.dtype != odt or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous ({M}, {N}) array of {odt}")
+    out = _output(out, (M, N), out_dtype, cp)
     global last_kernel
     if M == 0 or N == 0:
         last_kernel = None
@@ -336,21 +365,7 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         last_kernel = None
         return out
     if kernel == "wgmma" or (kernel == "auto" and _wgmma_ok()):
-        key = (cp.cuda.Device().id, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
-               fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr,
-               sb.data.ptr, FUSED_DECODE)
-        plan = _plans.get(key)
-        if plan is None:
-            launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype,
-                                                 out, kb, cp)
-            if replay:
-                if len(_plans) > 256:
-                    _plans.clear()
-                _plans[key] = (launches, name)
-        else:
-            launches, name = plan
-        _run(launches, a, b, out, sa, sb)
-        last_kernel = name
+        last_kernel = _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp)
         return out
     ta = _device_table(("dec", fa.name, "float16"), lambda: np.ascontiguousarray(fa.decode_table("float16")).view(np.uint16))
     tb = _device_table(("dec", fb.name, "float16"), lambda: np.ascontiguousarray(fb.decode_table("float16")).view(np.uint16))
@@ -382,10 +397,7 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     global last_kernel
     fa = get_format(fmt_a)
     fb = get_format(fmt_b if fmt_b is not None else fmt_a)
-    if scaling not in SCALINGS:
-        raise ValueError(f"unknown scaling {scaling!r}; known: {', '.join(SCALINGS)}")
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
+    _check_choices(scaling, out_dtype)
     a, b = _as_cupy(a), _as_cupy(b)
     for name, x in (("a", a), ("b", b)):
         if x.dtype != cp.uint8 or x.ndim != 3:
@@ -409,11 +421,7 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
         return s.reshape(-1)
 
     sa, sb = scales(scale_a, shapes[0], "scale_a"), scales(scale_b, shapes[1], "scale_b")
-    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
-    if out is None:
-        out = cp.empty((G, M, N), odt)
-    elif out.shape != (G, M, N) or out.dtype != odt or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous ({G}, {M}, {N}) array of {odt}")
+    out = _output(out, (G, M, N), out_dtype, cp)
     if out.size == 0:
         last_kernel = None
         return out
@@ -424,26 +432,12 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     if not _wgmma_ok():
         sa2 = sa.reshape(shapes[0])
         sb2 = sb.reshape(shapes[1])
-        for g in range(G):
-            gemm(a[g], b[g], fa.name, fb.name, scale_a=sa2[g].reshape(-1) if scaling == "tensor" else sa2[g],
-                 scale_b=sb2[g].reshape(-1) if scaling == "tensor" else sb2[g], scaling=scaling,
+        for g in range(G):   # gemm's scale shapes: those above without the G ((1,) per tensor)
+            gemm(a[g], b[g], fa.name, fb.name, scale_a=sa2[g].reshape(shapes[0][1:] or (1,)),
+                 scale_b=sb2[g].reshape(shapes[1][1:] or (1,)), scaling=scaling,
                  out_dtype=out_dtype, out=out[g])
         return out
     a2 = cp.ascontiguousarray(a).reshape(G * M, K)
     b2 = cp.ascontiguousarray(b).reshape(G * N, K)
-    key = ("grouped", G, cp.cuda.Device().id, a2.data.ptr, a2.shape, a2.strides, b2.data.ptr,
-           b2.shape, b2.strides, fa.name, fb.name, scaling, out_dtype, out.data.ptr, sa.data.ptr,
-           sb.data.ptr, FUSED_DECODE)
-    plan = _plans.get(key)
-    if plan is None:
-        launches, name, replay = _gemm_wgmma(a2, b2, fa, fb, sa, sb, scaling, "nt", out_dtype, out,
-                                             kb, cp, G=G)
-        if replay:
-            if len(_plans) > 256:
-                _plans.clear()
-            _plans[key] = (launches, name)
-    else:
-        launches, name = plan
-    _run(launches, a2, b2, out, sa, sb)
-    last_kernel = name
+    last_kernel = _wgmma_call(a2, b2, fa, fb, sa, sb, scaling, "nt", out_dtype, out, kb, cp, G)
     return out
