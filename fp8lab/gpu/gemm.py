@@ -308,6 +308,13 @@ def _output(out, shape, out_dtype, cp):
     return out
 
 
+def _empty_product(out, K) -> bool:
+    """True (``out`` final) when there is nothing to multiply: no outputs, or K = 0 (zeros)."""
+    if out.size and K == 0:
+        out[...] = 0
+    return out.size == 0 or K == 0
+
+
 def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor", layout="nt",
          out_dtype="float32", out=None, kernel="auto"):
     """Scaled matrix product of 8-bit code matrices (CuPy uint8).
@@ -357,11 +364,7 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
         sa, sb = _scale(scale_a, (M, kb), "scale_a"), _scale(scale_b, (-(-N // BLOCK), kb), "scale_b")
     out = _output(out, (M, N), out_dtype, cp)
     global last_kernel
-    if M == 0 or N == 0:
-        last_kernel = None
-        return out
-    if K == 0:
-        out[...] = 0
+    if _empty_product(out, K):
         last_kernel = None
         return out
     if kernel == "wgmma" or (kernel == "auto" and _wgmma_ok()):
@@ -422,11 +425,7 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
 
     sa, sb = scales(scale_a, shapes[0], "scale_a"), scales(scale_b, shapes[1], "scale_b")
     out = _output(out, (G, M, N), out_dtype, cp)
-    if out.size == 0:
-        last_kernel = None
-        return out
-    if K == 0:
-        out[...] = 0
+    if _empty_product(out, K):
         last_kernel = None
         return out
     if not _wgmma_ok():
