@@ -1,11 +1,14 @@
 """GEMM correctness and speed on the GPU (run on the H200; torch is a baseline only).
 
-    PYTHONPATH=. python3 benchmarks/gpu_gemm.py [--check] [--bench] [--small]
+    PYTHONPATH=. python3 benchmarks/gpu_gemm.py [--check] [--bench] [--small] [--grouped]
+                                                 [--variants] [--accuracy]
 
 --check: every format pair x layout x scaling x out dtype on ragged shapes, against a float64
 reference of the dequantized operands, elementwise bound from K; fresh random inputs; outputs
 poisoned with NaN first. --bench: the issue's shapes; fp8lab vs torch._scaled_mm (cuBLASLt, e4m3
-per-tensor) and cuBLAS fp16 (torch.matmul), TFLOPS and ratios, error vs float64.
+per-tensor) and cuBLAS fp16 (torch.matmul), TFLOPS and ratios, error vs float64. --variants:
+the wgmma consumer loop with and without overlapped promotion, side by side. --accuracy: error vs
+float64 of fp8lab and cuBLASLt with and without fast accumulation on the same e4m3 operands.
 """
 
 from __future__ import annotations
@@ -201,6 +204,108 @@ def bench(log, shapes=SHAPES, kernel="auto"):
     return rows
 
 
+def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 512, 3456),
+                                 (8192, 1024, 3456))):
+    """The consumer loop with and without overlapped promotion (``WGMMA_OVERLAP``), side by side
+    with cuBLASLt: e4m3 NT per-tensor and block-scaled, hif8 NT; bfloat16 out. The two variants'
+    outputs must be bit-identical."""
+    import cupy as cp
+    import torch
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    log(f"{'M x N x K':>20s} {'cuBLASLt':>9s} {'e4m3 v0':>8s} {'e4m3 v1':>8s} {'blk v0':>8s} {'blk v1':>8s} "
+        f"{'hif8 v0':>8s} {'hif8 v1':>8s}  (TFLOPS; ratios to cuBLASLt per-tensor)  same bits")
+    saved = GM.WGMMA_OVERLAP
+    bad = 0
+    try:
+        for (M, N, K) in shapes:
+            fl = 2.0 * M * N * K
+            a, b = _codes(cp, G, (M, K), "e4m3"), _codes(cp, G, (N, K), "e4m3")
+            ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
+            tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
+            one = torch.ones((), device="cuda", dtype=torch.float32)
+            lt = fl / _timeit(cp, lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one,
+                                                            out_dtype=torch.bfloat16)) / 1e12
+            sa, sb = _make_scales(cp, "block", M, N, K)
+            ha, hb = _codes(cp, G, (M, K), "hif8"), _codes(cp, G, (N, K), "hif8")
+            cases = [("e4m3", a, b, "tensor", 1.0, 1.0), ("blk", a, b, "block", sa, sb),
+                     ("hif8", ha, hb, "tensor", 1.0, 1.0)]
+            row, same = {}, []
+            for name, x, y, sc, s1, s2 in cases:
+                outs = []
+                for v in (False, True):
+                    GM.WGMMA_OVERLAP = v
+                    out = cp.empty((M, N), cp.uint16)
+                    fmt = "hif8" if name == "hif8" else "e4m3"
+                    row[(name, v)] = fl / _timeit(cp, lambda: GM.gemm(
+                        x, y, fmt, scale_a=s1, scale_b=s2, scaling=sc, out_dtype="bfloat16",
+                        out=out)) / 1e12
+                    outs.append(out)
+                same.append(bool((outs[0] == outs[1]).all()))
+                del outs
+            bad += same.count(False)
+            log(f"{M:>6d}x{N:>5d}x{K:>5d} {lt:9.0f} " + " ".join(
+                f"{row[(n, v)]:8.0f}" for n in ("e4m3", "blk", "hif8") for v in (False, True))
+                + "  " + " ".join(f"{row[(n, v)] / lt:.3f}" for n in ("e4m3", "blk") for v in (False, True))
+                + "  " + " ".join("yes" if x else "NO" for x in same))
+            del a, b, ha, hb, ta, tb, sa, sb
+            cp.get_default_memory_pool().free_all_blocks()
+    finally:
+        GM.WGMMA_OVERLAP = saved
+    log(f"variant outputs differing: {bad}")
+    return bad
+
+
+def accuracy(log, M=2048, N=2048, ks=(1024, 8192, 65536)):
+    """Error against float64 of the same e4m3 operands (per-tensor scales from fp8lab.gpu.quantize)
+    multiplied three ways, float32 out: fp8lab (partials promoted into fp32 every 128 K-elements),
+    cuBLASLt ``_scaled_mm`` with ``use_fast_accum=True`` and with ``False``. Inputs: N(0, 1) and
+    |N(0, 1)| (all products of one sign: the sums grow with K and accumulation precision shows)."""
+    import cupy as cp
+    import torch
+    from fp8lab.formats import get_format
+    from fp8lab.gpu.gemm import gemm
+    from fp8lab.gpu.quantize import quantize
+    dec = cp.asarray(get_format("e4m3").decode_table("float64"))
+    log(f"{'inputs':>8s} {'M x N x K':>20s} {'fp8lab':>10s} {'cuBLASLt':>10s} {'fast acc':>10s}   "
+        f"(||C - C64|| / ||C64||, float32 out)  {'max rel fp8lab':>14s} {'cuBLASLt':>9s} {'fast':>9s}")
+    rng = cp.random.default_rng(7)
+    worse = 0
+    for dist in ("normal", "abs"):
+        for K in ks:
+            xa = rng.standard_normal((M, K), dtype=cp.float32)
+            xb = rng.standard_normal((N, K), dtype=cp.float32)
+            if dist == "abs":
+                xa, xb = cp.abs(xa), cp.abs(xb)
+            qa, qb = quantize(xa, "e4m3", saturate=True), quantize(xb, "e4m3", saturate=True)
+            del xa, xb
+            sa, sb = qa.scales.ravel(), qb.scales.ravel()
+            a64 = dec[qa.codes] * sa[0].astype(cp.float64)
+            b64 = dec[qb.codes] * sb[0].astype(cp.float64)
+            ref = a64 @ b64.T
+            del a64, b64
+            nref = cp.linalg.norm(ref)
+            ours = gemm(qa.codes, qb.codes, "e4m3", scale_a=sa, scale_b=sb, out_dtype="float32")
+            ta = torch.from_dlpack(qa.codes).view(torch.float8_e4m3fn)
+            tb = torch.from_dlpack(qb.codes).view(torch.float8_e4m3fn)
+            tsa, tsb = torch.from_dlpack(sa.reshape(())), torch.from_dlpack(sb.reshape(()))
+            res = [ours]
+            for fast in (False, True):
+                c = torch._scaled_mm(ta, tb.t(), scale_a=tsa, scale_b=tsb, out_dtype=torch.float32,
+                                     use_fast_accum=fast)
+                res.append(cp.from_dlpack(c))
+            errs = [float(cp.linalg.norm(r.astype(cp.float64) - ref) / nref) for r in res]
+            den = cp.abs(ref).max()
+            mx = [float(cp.abs(r.astype(cp.float64) - ref).max() / den) for r in res]
+            worse += errs[0] > errs[1]
+            log(f"{dist:>8s} {M:>6d}x{N:>5d}x{K:>5d} {errs[0]:10.2e} {errs[1]:10.2e} {errs[2]:10.2e}   "
+                f"{'':37s} {mx[0]:14.2e} {mx[1]:9.2e} {mx[2]:9.2e}")
+            del ref, res, ours, qa, qb, ta, tb
+            cp.get_default_memory_pool().free_all_blocks()
+    log(f"cases where fp8lab's error exceeds cuBLASLt without fast accumulation: {worse}")
+    return worse
+
+
 def run(rng, res, log):
     res["gemm_check_failures"] = check(log)
     res["gemm_bench"] = bench(log)
@@ -278,6 +383,10 @@ def main(argv=None):
     ap.add_argument("--kernel", default="auto", help="auto, wgmma or mma")
     ap.add_argument("--grouped", action="store_true", help="grouped GEMM check and benchmark")
     ap.add_argument("--shapes", default=None, help="bench shapes, e.g. 8192x8192x8192,2048x1024x1024")
+    ap.add_argument("--variants", action="store_true",
+                    help="consumer loop with/without overlapped promotion, vs cuBLASLt")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="error vs float64: fp8lab vs cuBLASLt with and without fast accumulation")
     a = ap.parse_args(argv)
     import fp8lab.gpu
     ok, why = fp8lab.gpu.available()
@@ -292,6 +401,10 @@ def main(argv=None):
         bench_grouped(print)
     if a.check:
         check(print, kernel=a.kernel)
+    if a.variants:
+        bench_variants(print)
+    if a.accuracy:
+        accuracy(print)
     if a.bench:
         shapes = SHAPES if a.shapes is None else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
         bench(print, shapes=shapes, kernel=a.kernel)

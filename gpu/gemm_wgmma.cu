@@ -14,6 +14,11 @@
 // 128-element block. Ragged M, N, K: TMA fills out-of-bounds elements with zeros; the epilogue
 // stores in bounds only. Tensor maps (2-D, 128B swizzle) are built on the host and passed in
 // global memory (A's at tmaps[0..127], B's at tmaps[128..255]).
+// OVL = 1 (overlapped promotion): two partial accumulators per consumer. The wgmma of K-tile
+// kt+1 are issued before the partial of K-tile kt is promoted (wgmma.wait_group 1), so the tensor
+// cores keep working while the consumer adds; same additions in the same order as OVL = 0 (bit-
+// identical results). acc + 2 partials = 192 fp32 registers: the producer warpgroup gives its
+// registers up (setmaxnreg.dec 40) and the consumers take them (setmaxnreg.inc 232).
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
 typedef unsigned char u8;
@@ -61,6 +66,7 @@ __device__ __forceinline__ u64 wg_desc(u32 addr) {
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 #define WG_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define WG_OPS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
@@ -87,7 +93,7 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
     return h;
 }
 
-template <int TA, int TB, int SCALE, int OUT, int ST>
+template <int TA, int TB, int SCALE, int OUT, int ST, int OVL>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
         const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G) {
@@ -128,6 +134,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
     // producer already loads the next tile while the consumers run the epilogue.
     if (wg == 0) {  // producer
+        if (OVL) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == 0) {
             const u64 ta = reinterpret_cast<u64>(tmaps), tb = reinterpret_cast<u64>(tmaps + 128);
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(ta) : "memory");
@@ -158,8 +165,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     }
 
     // consumers
+    if (OVL) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
-    float acc[64], part[64];
+    float acc[64], part[64], part2[64];
     const bool pair_ok = (ldc & 1) == 0;
     int it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
@@ -173,36 +181,89 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-        for (int kt = 0; kt < ktiles; kt++, it++) {
-            const int s = it % ST;
-            float s0 = 1.f, s1 = 1.f;
+        // block scales of K-tile kt for rows r0, r1 (1 otherwise)
+        auto scales_of = [&](int kt, float& s0, float& s1) {
+            s0 = s1 = 1.f;
             if (SCALE == 2) {
                 const float b = sbg[(size_t)tn * kblocks + kt];
                 s0 = (r0 < M ? sag[(size_t)r0 * kblocks + kt] : 0.f) * b;
                 s1 = (r1 < M ? sag[(size_t)r1 * kblocks + kt] : 0.f) * b;
             }
+        };
+        // wait for stage s, issue its wgmma into p (the first with scale-d = 0), commit
+        auto issue = [&](float* p, int s) {
             mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
             const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
             wg_fence();
 #pragma unroll
             for (int k = 0; k < STEPS; k++) {
                 const u32 off = (k >> 2) * ATOM + (k & 3) * 32;
-                wg_mma<TA, TB>(part, wg_desc(aT + off), wg_desc(bT + off), k > 0);
+                wg_mma<TA, TB>(p, wg_desc(aT + off), wg_desc(bT + off), k > 0);
             }
             wg_commit();
-            wg_wait0();
-            if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
+        };
+        // acc += p (scaled per row for block scaling)
+        auto promote = [&](const float* p, float s0, float s1) {
 #pragma unroll
             for (int j = 0; j < 16; j++) {
                 if (SCALE == 2) {
-                    acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+                    acc[4 * j + 0] = fmaf(p[4 * j + 0], s0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(p[4 * j + 1], s0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(p[4 * j + 2], s1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(p[4 * j + 3], s1, acc[4 * j + 3]);
                 } else {
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[4 * j + e] += part[4 * j + e];
+                    for (int e = 0; e < 4; e++) acc[4 * j + e] += p[4 * j + e];
                 }
+            }
+        };
+        auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
+        if (!OVL) {
+            for (int kt = 0; kt < ktiles; kt++, it++) {
+                float s0, s1;
+                scales_of(kt, s0, s1);
+                issue(part, it % ST);
+                wg_wait0();
+                release(it % ST);
+                promote(part, s0, s1);
+            }
+        } else {
+            // K-tile kt goes into part (kt even) or part2 (kt odd); while it runs the previous
+            // one is promoted. Static register arrays: K-tile 0 first, then two at a time (a
+            // conditional inside the loop makes ptxas serialize the wgmma, C7514).
+            float q0, q1, n0, n1;
+            scales_of(0, q0, q1);
+            issue(part, it % ST);
+            it++;
+            int kt = 1;
+            for (; kt + 1 < ktiles; kt += 2) {
+                scales_of(kt, n0, n1);
+                issue(part2, it % ST);
+                wg_wait1();
+                release((it - 1) % ST);
+                promote(part, q0, q1);
+                it++;
+                scales_of(kt + 1, q0, q1);
+                issue(part, it % ST);
+                wg_wait1();
+                release((it - 1) % ST);
+                promote(part2, n0, n1);
+                it++;
+            }
+            if (kt < ktiles) {
+                scales_of(kt, n0, n1);
+                issue(part2, it % ST);
+                wg_wait1();
+                release((it - 1) % ST);
+                promote(part, q0, q1);
+                it++;
+                wg_wait0();
+                release((it - 1) % ST);
+                promote(part2, n0, n1);
+            } else {
+                wg_wait0();
+                release((it - 1) % ST);
+                promote(part, q0, q1);
             }
         }
 

@@ -32,3 +32,5 @@ def test_nvcc_compiles(name, tmp_path):
                        capture_output=True, text=True)
     sys.stderr.write(r.stderr)
     assert r.returncode == 0, r.stderr[-4000:]
+    # ptxas serializing wgmma (C7514...) would silently undo the overlapped promotion
+    assert "Potential Performance Loss: wgmma" not in r.stderr, r.stderr[-4000:]

@@ -45,15 +45,21 @@ def _instances() -> list[str]:
     return [_instance(lay, s, o) for lay in LAYOUTS for s in SCALINGS for o in OUT_DTYPES]
 
 
-def _wg_instance(ta: int, tb: int, scaling: str, out: str) -> str:
+#: wgmma consumers promote K-tile kt while the wgmma of kt+1 run (two partial accumulators,
+#: ``OVL`` in gpu/gemm_wgmma.cu); False: issue, wait, promote. Same results bit for bit.
+WGMMA_OVERLAP = True
+
+
+def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None) -> str:
+    ovl = WGMMA_OVERLAP if ovl is None else ovl
     return (f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
-            f"{_STAGES[2 if ta == 2 else 1]}>")
+            f"{_STAGES[2 if ta == 2 else 1]}, {int(ovl)}>")
 
 
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
-    return [_wg_instance(ta, tb, s, o) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES] + \
-        ["transpose_u8", "decode_f16_rows", "decode_f16_pair"]
+    return [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
+            for v in (False, True)] + ["transpose_u8", "decode_f16_rows", "decode_f16_pair"]
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
@@ -254,7 +260,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE)
+           FUSED_DECODE, WGMMA_OVERLAP)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
