@@ -8,20 +8,31 @@ cross layers of rank 512 on the 3456-wide interaction (V: 3456->512, U: 512->345
 3456-1024-1024-512-256-1. One step = for every Linear its three GEMMs: forward ``X W^T``, input
 gradient ``dY W`` (not for the first layer) and weight gradient ``dY^T X``. Element-wise work
 (ReLU, LayerNorm, the cross layers' products), the embeddings and the optimizer are the same in
-both variants and left out: the table compares the GEMM work each variant adds.
+both variants and left out: the tables compare the GEMM work each variant adds.
 
-- baseline: every GEMM a torch bf16 matmul (cuBLAS), bf16 operands already in memory.
+- bf16: every GEMM a torch bf16 matmul (cuBLAS; transposed operands passed as views).
 - LoKA: per site, the candidate Dispatch chose. ``high`` runs the same torch bf16 matmul; an
-  8-bit candidate casts each operand with :func:`fp8lab.gpu.quantize.quantize` (from float32; the
-  cast is timed, it is not fused yet) and multiplies with :func:`fp8lab.gpu.gemm.gemm`
-  (FP8 wgmma for e4m3/e5m2; HiF8 decoded to fp16). Choices come from ``--choices`` (the JSON of
+  8-bit candidate multiplies codes with :func:`fp8lab.gpu.gemm.gemm` (FP8 wgmma for e4m3/e5m2;
+  HiF8 decoded to fp16). Choices come from ``--choices`` (the JSON of
   ``fp8lab dlrm --model mlperf-dcnv2 --json FILE``) or, without it, from the rule the CPU
   experiment's Dispatch arrived at (``docs/dlrm.md``): first and logit layers in bf16, every other
-  forward GEMM e4m3 per-tensor, every gradient GEMM e4m3 per-tensor.
+  GEMM e4m3 per-tensor.
 
-Prints a table per site (ms, bf16 vs LoKA), the step totals and the speed-up; the target of
-issue 8 is >= 1.2x. Needs CuPy, an sm_90 GPU (fp8lab.gpu.available()) and torch (baseline only);
-without them it says what is missing and exits with status 1.
+Two ways to feed the operands, each timed for both variants:
+
+- "operands ready": each GEMM's operands already in its compute format and layout (bf16 tensors;
+  8-bit codes, with dY^T's codes made once per layer), as when the producer of a tensor writes it
+  in that format (fused casts).
+- "casts from float32": X, W and dY are float32; each is cast once per step (``.to(bfloat16)``;
+  :func:`fp8lab.gpu.quantize.quantize` per format and scaling, plus a transpose of dY's codes for
+  dW), and the casts are timed with the GEMMs.
+
+Each step is timed eagerly (Python launching every kernel, as a training loop without graphs
+does) and as a CUDA graph captured from the same calls and replayed (launch costs removed: the
+GPU's own time). Per-site times come from graphs of ten calls of one site. Prints the tables and
+the speed-ups; the target of issue 8 is >= 1.2x. Needs CuPy, an sm_90 GPU
+(fp8lab.gpu.available()) and torch (baseline and graph capture only); without them it says what
+is missing and exits with status 1.
 """
 
 from __future__ import annotations
@@ -52,6 +63,13 @@ def _default_choice(name: str, position: str) -> str:
     if position in ("first", "logit"):
         return "high"
     return "e4m3/e4m3:tensor"
+
+
+def _cupy_stream(cp, torch_stream):
+    """A CuPy stream object for a torch stream (launches go to the same CUDA stream)."""
+    if hasattr(cp.cuda.Stream, "from_external"):
+        return cp.cuda.Stream.from_external(torch_stream)
+    return cp.cuda.ExternalStream(torch_stream.cuda_stream)
 
 
 def _need():
@@ -104,84 +122,189 @@ def main(argv=None) -> int:
     def randn(*shape):
         return torch.randn(*shape, device="cuda", generator=g, dtype=torch.float32)
 
-    sites = []  # (site name, kind, A fp32 (M,K) row-major, B fp32, layout, candidate)
+    layers = []   # (name, position, {"x", "w", "dy"} float32, [(kind, candidate)])
     for name, n_in, n_out, pos in _layers():
-        x, w, dy = randn(B, n_in), randn(n_out, n_in) * n_in ** -0.5, randn(B, n_out)
-        gemms = [("fwd", x, w, "nt"), ("dw", dy.t().contiguous(), x, "nn")]
-        if pos != "first":
-            gemms.append(("dx", dy, w, "nn"))
-        for kind, a, b, layout in gemms:
-            site = f"{name}.{kind}"
-            label = choices.get(site, _default_choice(name, pos))
-            sites.append((site, a, b, layout, Candidate.parse(label)))
+        t = {"x": randn(B, n_in), "w": randn(n_out, n_in) * n_in ** -0.5, "dy": randn(B, n_out)}
+        kinds = ["fwd", "dw"] + ([] if pos == "first" else ["dx"])
+        layers.append((name, pos, t, [(k, Candidate.parse(choices.get(f"{name}.{k}",
+                                                                      _default_choice(name, pos))))
+                                      for k in kinds]))
+    # operand roles per GEMM kind: (A tensor, A orientation, B tensor, layout); A orientation "t"
+    # means A = that tensor transposed (dY^T for dW)
+    ROLES = {"fwd": ("x", "", "w", "nt"), "dw": ("dy", "t", "x", "nn"), "dx": ("dy", "", "w", "nn")}
 
-    def bf16_call(a, b, layout):
-        a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
-        return (lambda: a16 @ b16.t()) if layout == "nt" else (lambda: a16 @ b16)
-
-    def fp8_call(a, b, layout, cand):
-        ac, bc = cp.from_dlpack(a), cp.from_dlpack(b)
+    def scaling_of(cand, role, layout):
+        """(Scaling, gemm scaling name) of operand ``role`` ("a", "at" or "b") of a candidate."""
         if cand.scaling == "tensor":
-            sa, sb, gs = Scaling.per_tensor(), Scaling.per_tensor(), "tensor"
-        else:  # one scale per row of A and per output column of B
-            sa = Scaling.per_channel(axis=-1)
-            sb = Scaling.per_channel(axis=-1 if layout == "nt" else 0)
-            gs = "row_col"
+            return Scaling.per_tensor(), "tensor"
+        # one scale per row of A (per column of dY for dY^T) and per output column of B
+        axis = {"a": -1, "at": 0, "b": -1 if layout == "nt" else 0}[role]
+        return Scaling.per_channel(axis=axis), "row_col"
 
-        out = cp.empty((ac.shape[0], bc.shape[0] if layout == "nt" else bc.shape[1]), cp.uint16)
+    def bf16_site(t16, kind):
+        x, w, dy = t16["x"], t16["w"], t16["dy"]
+        return {"fwd": lambda: x @ w.t(), "dw": lambda: dy.t() @ x, "dx": lambda: dy @ w}[kind]
 
-        def mm(qa, qb):   # scales stay on the device (no host round trip)
-            return gemm(qa.codes, qb.codes, cand.fmt_a, cand.fmt_b, scale_a=qa.scales.ravel(),
-                        scale_b=qb.scales.ravel(), scaling=gs, layout=layout,
-                        out_dtype="bfloat16", out=out)
+    class Codes:
+        """One step's 8-bit operands: each (tensor, format, scaling, orientation) cast once."""
 
-        def run():
-            return mm(quantize(ac, cand.fmt_a, scaling=sa, saturate=True),
-                      quantize(bc, cand.fmt_b, scaling=sb, saturate=True))
-        qa0 = quantize(ac, cand.fmt_a, scaling=sa, saturate=True)
-        qb0 = quantize(bc, cand.fmt_b, scaling=sb, saturate=True)
-        return run, (lambda: mm(qa0, qb0))
+        def __init__(self, t32):
+            self.t32, self.q = t32, {}
 
-    def timeit(fn):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        cp.cuda.Device().synchronize()
+        def get(self, name, fmt, sc, orient):
+            key = (name, fmt, repr(sc), orient)
+            if key not in self.q:
+                if orient == "t":   # dY^T: cast dY (scales per its columns), transpose the codes
+                    q = self.get(name, fmt, sc, "")
+                    self.q[key] = (cp.ascontiguousarray(q[0].T), q[1])
+                else:
+                    q = quantize(cp.from_dlpack(self.t32[name]), fmt, scaling=sc, saturate=True)
+                    self.q[key] = (q.codes, q.scales.ravel())
+            return self.q[key]
+
+    def fp8_site(codes, cand, kind, out):
+        an, ao, bn, layout = ROLES[kind]
+        sa, gs = scaling_of(cand, "at" if ao else "a", layout)
+        sb, _ = scaling_of(cand, "b", layout)
+
+        def call():
+            a, a_s = codes.get(an, cand.fmt_a, sa, ao)
+            b, b_s = codes.get(bn, cand.fmt_b, sb, "")
+            return gemm(a, b, cand.fmt_a, cand.fmt_b, scale_a=a_s, scale_b=b_s, scaling=gs,
+                        layout=layout, out_dtype="bfloat16", out=out)
+        return call
+
+    def shape_of(t, kind):
+        M = t["dy"].shape[1] if kind == "dw" else t["x"].shape[0]
+        N = {"fwd": t["w"].shape[0], "dw": t["x"].shape[1], "dx": t["w"].shape[1]}[kind]
+        K = {"fwd": t["x"].shape[1], "dw": B, "dx": t["w"].shape[0]}[kind]
+        return M, N, K
+
+    outs = {}
+
+    def out_of(name, kind, t):
+        key = (name, kind)
+        if key not in outs:
+            M, N, _ = shape_of(t, kind)
+            outs[key] = cp.empty((M, N), cp.uint16)
+        return outs[key]
+
+    def step_fns(variant, ready):
+        """The callables of one step, in order. ``ready``: operands made beforehand (not timed)."""
+        fns, keep = [], []
+        for name, pos, t, sites in layers:
+            t16 = ({k: v.to(torch.bfloat16) for k, v in t.items()} if ready else None)
+            codes = Codes(t)
+            if not ready:
+                # casts inside the step: bf16 tensors (once per step) and 8-bit codes (on demand)
+                holder = {}
+
+                def cast16(t=t, holder=holder):
+                    holder.update({k: v.to(torch.bfloat16) for k, v in t.items()})
+                if variant == "bf16" or any(c.is_high for _, c in sites):
+                    fns.append(cast16)
+
+                def reset(codes=codes):
+                    codes.q.clear()
+                fns.append(reset)
+            for kind, cand in sites:
+                if variant == "bf16" or cand.is_high:
+                    if ready:
+                        fns.append(bf16_site(t16, kind))
+                    else:
+                        fns.append(lambda kind=kind, holder=holder: bf16_site(holder, kind)())
+                else:
+                    f = fp8_site(codes, cand, kind, out_of(name, kind, t))
+                    if ready:
+                        f()   # makes the codes now (kept by ``codes``); the step only multiplies
+                    fns.append(f)
+            keep.append(codes)
+        return fns, keep
+
+    def run_all(fns):
+        res = None
+        for f in fns:
+            res = f()
+        return res
+
+    def time_events(fn, reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ts = []
-        for _ in range(args.reps):
+        for _ in range(reps):
             start.record()
             fn()
             end.record()
-            cp.cuda.Device().synchronize()
             end.synchronize()
             ts.append(start.elapsed_time(end))
         ts.sort()
         return ts[len(ts) // 2]
 
-    print(f"DCNv2 MLP stack, batch {B}, one training step's GEMMs (median of {args.reps}, ms)")
-    print("LoKA+cast: both operands quantized from float32 (fp8lab.gpu.quantize) and multiplied; "
-          "LoKA GEMM: operands already quantized (the cast fused into their producers)")
-    print(f"{'site':18} {'M x N x K':>20} {'choice':24} {'bf16':>8} {'LoKA+cast':>10} {'LoKA GEMM':>10}")
-    tot_b = tot_l = tot_g = 0.0
-    for site, a, b, layout, cand in sites:
-        M, K = a.shape
-        N = b.shape[0] if layout == "nt" else b.shape[1]
-        tb = timeit(bf16_call(a, b, layout))
-        if cand.is_high:
-            tl = tg = tb
-        else:
-            with_cast, gemm_only = fp8_call(a, b, layout, cand)
-            tl, tg = timeit(with_cast), timeit(gemm_only)
-        tot_b += tb
-        tot_l += tl
-        tot_g += tg
-        print(f"{site:18} {f'{M}x{N}x{K}':>20} {cand.label:24} {tb:8.3f} {tl:10.3f} {tg:10.3f}")
-    print(f"{'step total':64} {tot_b:8.3f} {tot_l:10.3f} {tot_g:10.3f}")
-    for name, t in (("with separate casts", tot_l), ("GEMMs only (casts fused upstream)", tot_g)):
-        sp = tot_b / t
-        print(f"speed-up of LoKA's choices over bf16 cuBLAS, {name}: {sp:.2f}x (target >= 1.2x: "
-              f"{'met' if sp >= 1.2 else 'missed'})")
+    def capture(fn, n=1):
+        """A CUDA graph of ``n`` calls of ``fn`` (torch's capture stream; CuPy launches on it)."""
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            with _cupy_stream(cp, side):
+                fn()   # warm-up on the capture stream (plans, tensor maps, pool blocks)
+                side.synchronize()
+                with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
+                    with _cupy_stream(cp, torch.cuda.current_stream()):
+                        for _ in range(n):
+                            fn()
+        torch.cuda.synchronize()
+        return graph
+
+    def timed(fns):
+        """(eager step ms, graph step ms)."""
+        step = lambda: run_all(fns)
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        cp.cuda.Device().synchronize()
+        eager = time_events(step, args.reps)
+        try:
+            graph = capture(step)
+            gt = time_events(graph.replay, args.reps)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  graph capture failed: {type(exc).__name__}: {exc}")
+            gt = float("nan")
+        return eager, gt
+
+    print(f"DCNv2 MLP stack, batch {B}, one training step's GEMMs, H200 (median of {args.reps}, ms)")
+    # per-site GPU times (operands ready; graphs of ten calls)
+    print(f"{'site':18} {'M x N x K':>20} {'choice':24} {'bf16':>8} {'LoKA':>8}   (GPU time per call, graph of 10 calls)")
+    tot_b = tot_l = 0.0
+    fb, keep_b = step_fns("bf16", True)
+    fl, keep_l = step_fns("loka", True)
+    i = 0
+    for name, pos, t, sites in layers:
+        # the step lists hold one callable per site in the same order (no casts when ready)
+        for kind, cand in sites:
+            M, N, K = shape_of(t, kind)
+            tb_ = time_events(capture(fb[i], 10).replay, args.reps) / 10
+            tl_ = tb_ if cand.is_high else time_events(capture(fl[i], 10).replay, args.reps) / 10
+            tot_b += tb_
+            tot_l += tl_
+            print(f"{name + '.' + kind:18} {f'{M}x{N}x{K}':>20} {cand.label:24} {tb_:8.4f} {tl_:8.4f}")
+            i += 1
+    print(f"{'sum over sites':64} {tot_b:8.3f} {tot_l:8.3f}   speed-up {tot_b / tot_l:.2f}x")
+    print()
+    rows = []
+    for ready, label in ((True, "operands ready (fused casts)"), (False, "casts from float32 in the step")):
+        fb, keep_b = step_fns("bf16", ready)
+        fl, keep_l = step_fns("loka", ready)
+        eb, gb = timed(fb)
+        el, gl = timed(fl)
+        rows.append((label, eb, el, gb, gl))
+    print(f"{'whole step':32} {'bf16 eager':>11} {'LoKA eager':>11} {'speed-up':>9} {'bf16 graph':>11} "
+          f"{'LoKA graph':>11} {'speed-up':>9}")
+    for label, eb, el, gb, gl in rows:
+        print(f"{label:32} {eb:11.3f} {el:11.3f} {eb / el:8.2f}x {gb:11.3f} {gl:11.3f} {gb / gl:8.2f}x")
+    label, eb, el, gb, gl = rows[0]
+    sp = gb / gl
+    print(f"speed-up of LoKA's choices over bf16 cuBLAS, one step as a CUDA graph, operands ready: "
+          f"{sp:.2f}x (target >= 1.2x: {'met' if sp >= 1.2 else 'missed'})")
     return 0
 
 
