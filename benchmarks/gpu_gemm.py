@@ -7,7 +7,7 @@
 reference of the dequantized operands, elementwise bound from K; fresh random inputs; outputs
 poisoned with NaN first. --bench: the issue's shapes; fp8lab vs torch._scaled_mm (cuBLASLt, e4m3
 per-tensor) and cuBLAS fp16 (torch.matmul), TFLOPS and ratios, error vs float64. --variants:
-the wgmma consumer loop with and without overlapped promotion, side by side. --accuracy: error vs
+the wgmma kernel's variants (VARIANTS: overlapped promotion, TMA-store epilogue) side by side. --accuracy: error vs
 float64 of fp8lab and cuBLASLt with and without fast accumulation on the same e4m3 operands.
 """
 
@@ -95,7 +95,8 @@ def run_case(cp, G, gemm, fa, fb, M, N, K, layout, scaling, out_dtype, kernel="a
     return nan, over, rel, ran, acc_err
 
 
-def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129)), kernel="auto"):
+def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129), (300, 264, 520),
+                      (130, 136, 200), (200, 136, 4100)), kernel="auto"):
     import cupy as cp
     import fp8lab.gpu.codecs as G
     from fp8lab.gpu.gemm import LAYOUTS, OUT_DTYPES, SCALINGS, gemm
@@ -204,18 +205,31 @@ def bench(log, shapes=SHAPES, kernel="auto"):
     return rows
 
 
-def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 512, 3456),
-                                 (8192, 1024, 3456))):
-    """The consumer loop with and without overlapped promotion (``WGMMA_OVERLAP``), side by side
-    with cuBLASLt: e4m3 NT per-tensor and block-scaled, hif8 NT; bfloat16 out. The two variants'
-    outputs must be bit-identical."""
+VARIANTS = {"v0": {"WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False},
+            "v1": {"WGMMA_OVERLAP": True, "TMA_STORE": False, "SPLIT_K": False},
+            "v2": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": False},
+            "v3": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True}}
+#: variants that must reproduce v0 bit for bit (split-K changes the order of the fp32 sums)
+SAME_BITS = ("v1", "v2")
+
+
+def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 3456, 512),
+                                 (8192, 512, 3456), (8192, 1024, 3456), (8192, 256, 256),
+                                 (512, 3456, 8192), (256, 512, 8192))):
+    """Kernel variants side by side with cuBLASLt (flags of fp8lab.gpu.gemm, :data:`VARIANTS`):
+    v0 issue-wait-promote with direct stores, v1 overlapped promotion, v2 v1 + TMA-store epilogue,
+    v3 v2 + split-K. e4m3 NT per-tensor and block-scaled, hif8 NT; bfloat16 out. The outputs of
+    the :data:`SAME_BITS` variants must be bit-identical to v0's; v3's are compared by their
+    error against v0 (max |diff| / max |v0|)."""
     import cupy as cp
     import torch
     import fp8lab.gpu.codecs as G
     import fp8lab.gpu.gemm as GM
-    log(f"{'M x N x K':>20s} {'cuBLASLt':>9s} {'e4m3 v0':>8s} {'e4m3 v1':>8s} {'blk v0':>8s} {'blk v1':>8s} "
-        f"{'hif8 v0':>8s} {'hif8 v1':>8s}  (TFLOPS; ratios to cuBLASLt per-tensor)  same bits")
-    saved = GM.WGMMA_OVERLAP
+    names = list(VARIANTS)
+    log(f"{'M x N x K':>20s} {'cuBLASLt':>9s} " + " ".join(f"{c + ' ' + v:>9s}" for c in ("e4m3", "blk", "hif8")
+                                                         for v in names)
+        + "  (TFLOPS)  e4m3/blk ratios to cuBLASLt per-tensor; same bits as v0")
+    saved = {k: getattr(GM, k) for k in VARIANTS["v0"]}
     bad = 0
     try:
         for (M, N, K) in shapes:
@@ -232,27 +246,36 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                      ("hif8", ha, hb, "tensor", 1.0, 1.0)]
             row, same = {}, []
             for name, x, y, sc, s1, s2 in cases:
-                outs = []
-                for v in (False, True):
-                    GM.WGMMA_OVERLAP = v
+                ref = None
+                for v in names:
+                    for k, val in VARIANTS[v].items():
+                        setattr(GM, k, val)
                     out = cp.empty((M, N), cp.uint16)
                     fmt = "hif8" if name == "hif8" else "e4m3"
                     row[(name, v)] = fl / _timeit(cp, lambda: GM.gemm(
                         x, y, fmt, scale_a=s1, scale_b=s2, scaling=sc, out_dtype="bfloat16",
                         out=out)) / 1e12
-                    outs.append(out)
-                same.append(bool((outs[0] == outs[1]).all()))
-                del outs
+                    if ref is None:
+                        ref = out
+                    elif v in SAME_BITS:
+                        same.append(bool((out == ref).all()))
+                    else:
+                        f32 = lambda u: (u.astype(cp.uint32) << 16).view(cp.float32)
+                        d = float(cp.abs(f32(out) - f32(ref)).max() / cp.abs(f32(ref)).max())
+                        row[(name, v, "diff")] = d
+                del ref
             bad += same.count(False)
             log(f"{M:>6d}x{N:>5d}x{K:>5d} {lt:9.0f} " + " ".join(
-                f"{row[(n, v)]:8.0f}" for n in ("e4m3", "blk", "hif8") for v in (False, True))
-                + "  " + " ".join(f"{row[(n, v)] / lt:.3f}" for n in ("e4m3", "blk") for v in (False, True))
-                + "  " + " ".join("yes" if x else "NO" for x in same))
+                f"{row[(n, v)]:9.0f}" for n in ("e4m3", "blk", "hif8") for v in names)
+                + "  " + " ".join(f"{row[(n, v)] / lt:.3f}" for n in ("e4m3", "blk") for v in names)
+                + "  " + " ".join("yes" if x else "NO" for x in same)
+                + "  v3-v0 " + " ".join(f"{row[(n, 'v3', 'diff')]:.1e}" for n in ("e4m3", "blk", "hif8")))
             del a, b, ha, hb, ta, tb, sa, sb
             cp.get_default_memory_pool().free_all_blocks()
     finally:
-        GM.WGMMA_OVERLAP = saved
-    log(f"variant outputs differing: {bad}")
+        for k, val in saved.items():
+            setattr(GM, k, val)
+    log(f"variant outputs differing from v0: {bad}")
     return bad
 
 
@@ -384,7 +407,7 @@ def main(argv=None):
     ap.add_argument("--grouped", action="store_true", help="grouped GEMM check and benchmark")
     ap.add_argument("--shapes", default=None, help="bench shapes, e.g. 8192x8192x8192,2048x1024x1024")
     ap.add_argument("--variants", action="store_true",
-                    help="consumer loop with/without overlapped promotion, vs cuBLASLt")
+                    help="wgmma kernel variants side by side, vs cuBLASLt")
     ap.add_argument("--accuracy", action="store_true",
                     help="error vs float64: fp8lab vs cuBLASLt with and without fast accumulation")
     a = ap.parse_args(argv)
@@ -394,7 +417,8 @@ def main(argv=None):
     if not ok:
         sys.exit(1)
     if a.small:
-        bad = check(print, shapes=((70, 130, 200),), kernel=a.kernel)
+        # 70x136x2100: TMA-store epilogue (16-bit outputs) and split-K (4 splits) with its reduce
+        bad = check(print, shapes=((70, 130, 200), (70, 136, 2100)), kernel=a.kernel)
         sys.exit(1 if bad else 0)
     if a.grouped:
         check_grouped(print)

@@ -19,6 +19,12 @@
 // cores keep working while the consumer adds; same additions in the same order as OVL = 0 (bit-
 // identical results). acc + 2 partials = 192 fp32 registers: the producer warpgroup gives its
 // registers up (setmaxnreg.dec 40) and the consumers take them (setmaxnreg.inc 232).
+// CMAP = 1 (16-bit outputs with 16-byte aligned rows): the epilogue goes through shared memory and
+// TMA. Each consumer writes its 64 x 128 sub-tile (two 64 x 64 boxes, 128B swizzle: conflict-free)
+// into its own 16 KB staging buffer behind the stage ring, one thread issues the TMA stores (out-
+// of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G) map at tmaps[256..383])
+// and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
+// cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
 typedef unsigned char u8;
@@ -56,6 +62,15 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, u64 tmap, int x, int y, u32
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];"
                  :: "r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+// TMA store of a (64 x 64 x 1) box of 16-bit elements from shared memory (bulk async group)
+__device__ __forceinline__ void tma_store_3d(u64 tmap, u32 src, int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+                 :: "l"(tmap), "r"(x), "r"(y), "r"(z), "r"(src) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
 }
 
 // Shared-memory matrix descriptor: K-major, 128B swizzle, 8-row core-matrix groups 1024 B apart.
@@ -96,7 +111,8 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
 template <int TA, int TB, int SCALE, int OUT, int ST, int OVL>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
-        const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G) {
+        const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G, int cmap,
+        int splits, float* __restrict__ ws) {
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
     constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
@@ -108,10 +124,17 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const u32 sbase = smem_u32(smem);
 
     const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    const int per_gemm = tiles_m * tiles_n, ntiles = G * per_gemm, per_group = WG_GROUP_M * tiles_n;
+    const int per_gemm = tiles_m * tiles_n, ntiles = G * per_gemm * splits, per_group = WG_GROUP_M * tiles_n;
     // tile -> (g, tm, tn): GEMM g of the G stacked ones (A rows g*M.., B rows g*N.., C rows
     // g*M..), then groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
-    auto tile_mn = [&](int tile, int& g, int& tm, int& tn) {
+    const int ktiles = (K + WG_BK - 1) / WG_BK;
+    // split-K (splits > 1, G = 1): work item -> (output tile, split sp), sp fastest; split sp
+    // takes K-tiles [kb0, kb0 + nk) and leaves its fp32 sum in ws[sp] for splitk_reduce
+    auto tile_mn = [&](int tile, int& g, int& tm, int& tn, int& sp, int& kb0, int& nk) {
+        sp = tile % splits;
+        tile /= splits;
+        kb0 = (int)((long long)sp * ktiles / splits);
+        nk = (int)((long long)(sp + 1) * ktiles / splits) - kb0;
         g = tile / per_gemm;
         tile -= g * per_gemm;
         const int first_m = (tile / per_group) * WG_GROUP_M;
@@ -119,7 +142,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         tm = first_m + (tile % per_group) % gsz;
         tn = (tile % per_group) / gsz;
     };
-    const int ktiles = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
     if (threadIdx.x == 0) {
@@ -141,12 +163,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
             int it = 0;
             for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-                int g, tm, tn;
-                tile_mn(tile, g, tm, tn);
+                int g, tm, tn, sp, kb0, nk;
+                tile_mn(tile, g, tm, tn, sp, kb0, nk);
                 // rows of a partial tile past M (N) come from the next GEMM: they only reach
                 // outputs the epilogue does not store
                 const int m0 = g * M + tm * WG_BM, n0 = g * N + tn * WG_BN;
-                for (int kt = 0; kt < ktiles; kt++, it++) {
+                for (int kt = kb0; kt < kb0 + nk; kt++, it++) {
                     const int s = it % ST;
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
                     const u32 fb = smem_u32(&full_bar[s]);
@@ -168,11 +190,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     if (OVL) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
     float acc[64], part[64], part2[64];
+    const bool use_cmap = OUT != 0 && cmap;
+    const u64 tc = reinterpret_cast<u64>(tmaps + 256);
+    const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 16384;   // this consumer's staging buffer
+    if (use_cmap && t == 0)
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tc) : "memory");
     const bool pair_ok = (ldc & 1) == 0;
     int it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        int g, tm, tn;
-        tile_mn(tile, g, tm, tn);
+        int g, tm, tn, sp, kb0, nk;
+        tile_mn(tile, g, tm, tn, sp, kb0, nk);
         const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // inside GEMM g
         // GEMM g's scales and output rows
         const float* sag = sa + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * M : (size_t)g * M * kblocks);
@@ -182,7 +209,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         for (int i = 0; i < 64; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
         // block scales of K-tile kt for rows r0, r1 (1 otherwise)
-        auto scales_of = [&](int kt, float& s0, float& s1) {
+        auto scales_of = [&](int kt, float& s0, float& s1) {   // kt counts from kb0
+            kt += kb0;
             s0 = s1 = 1.f;
             if (SCALE == 2) {
                 const float b = sbg[(size_t)tn * kblocks + kt];
@@ -219,7 +247,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         };
         auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
         if (!OVL) {
-            for (int kt = 0; kt < ktiles; kt++, it++) {
+            for (int kt = 0; kt < nk; kt++, it++) {
                 float s0, s1;
                 scales_of(kt, s0, s1);
                 issue(part, it % ST);
@@ -236,7 +264,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             issue(part, it % ST);
             it++;
             int kt = 1;
-            for (; kt + 1 < ktiles; kt += 2) {
+            for (; kt + 1 < nk; kt += 2) {
                 scales_of(kt, n0, n1);
                 issue(part2, it % ST);
                 wg_wait1();
@@ -250,7 +278,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 promote(part2, n0, n1);
                 it++;
             }
-            if (kt < ktiles) {
+            if (kt < nk) {
                 scales_of(kt, n0, n1);
                 issue(part2, it % ST);
                 wg_wait1();
@@ -270,6 +298,51 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
         const float st = SCALE == 0 ? sag[0] * sbg[0] : 1.f;
         const float ra0 = SCALE == 1 && r0 < M ? sag[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sag[r1] : 1.f;
+        if (splits > 1) {   // this split's unscaled fp32 sum (block scales already applied)
+            float* w = ws + (size_t)sp * M * N;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int c = n0 + 8 * j + 2 * (lane & 3);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = h ? r1 : r0;
+                    if (r >= M) continue;
+                    if (c < N) w[(size_t)r * N + c] = acc[4 * j + 2 * h];
+                    if (c + 1 < N) w[(size_t)r * N + c + 1] = acc[4 * j + 2 * h + 1];
+                }
+            }
+            continue;
+        }
+        if (use_cmap) {
+            if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            named_sync(1 + cw, 128);                    // the staging buffer is free again
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const int c = n0 + 8 * j + 2 * (lane & 3);
+                float cb0 = 1.f, cb1 = 1.f;
+                if (SCALE == 1) { cb0 = c < N ? sbg[c] : 1.f; cb1 = c + 1 < N ? sbg[c + 1] : 1.f; }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = warp * 16 + (lane >> 2) + 8 * h;   // 0..63 in this sub-tile
+                    float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                    if (SCALE == 0) { v0 *= st; v1 *= st; }
+                    else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
+                    const u32 w = (u32)wg_out16(v0, OUT == 1) | ((u32)wg_out16(v1, OUT == 1) << 16);
+                    // box j / 8, 16-byte chunk j % 8 of the 128-byte row, swizzled by row % 8
+                    const u32 addr = stage_c + (j >> 3) * 8192 + row * 128 + (((j & 7) ^ (row & 7)) << 4)
+                                     + (lane & 3) * 4;
+                    asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(w) : "memory");
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            named_sync(1 + cw, 128);
+            if (t == 0) {
+                tma_store_3d(tc, stage_c, n0, m0 + cw * 64, g);
+                tma_store_3d(tc, stage_c + 8192, n0 + 64, m0 + cw * 64, g);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const int c = n0 + 8 * j + 2 * (lane & 3);
@@ -297,6 +370,25 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
         }
+    }
+    if (use_cmap && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// C = (sum over s of ws[s]) with gemm_wgmma's epilogue scaling and conversion: the splits' fp32
+// sums added in split order (deterministic), then scaled exactly as the one-split epilogue does.
+template <int SCALE, int OUT>
+__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ ws, void* __restrict__ C,
+                                                     int M, int N, int splits, const float* __restrict__ sa,
+                                                     const float* __restrict__ sb) {
+    const size_t total = (size_t)M * N;
+    const float st = SCALE == 0 ? sa[0] * sb[0] : 1.f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        for (int s = 1; s < splits; s++) v += ws[(size_t)s * total + i];
+        if (SCALE == 0) v *= st;
+        else if (SCALE == 1) v *= sa[i / N] * sb[i % N];
+        if (OUT == 0) reinterpret_cast<float*>(C)[i] = v;
+        else reinterpret_cast<u16*>(C)[i] = wg_out16(v, OUT == 1);
     }
 }
 

@@ -14,7 +14,10 @@ pytestmark = pytest.mark.skipif(not OK, reason=WHY)
 def test_gemm_all_pairs_layouts_scalings():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_gemm
-    assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1))) == 0
+    # N = 264: 16-bit outputs leave through the TMA-store epilogue (rows 16-byte aligned);
+    # 200x136x4100: 4 output tiles, 33 K-tiles: split-K (8 splits) and its reduce launch
+    assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1),
+                                         (300, 264, 520), (200, 136, 4100))) == 0
 
 
 def test_gemm_errors_name_what_works():
@@ -31,6 +34,30 @@ def test_gemm_mma_fallback_still_correct():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_gemm
     assert gpu_gemm.check(print, shapes=((129, 257, 130),), kernel="mma") == 0
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (70, 130), (8192, 13), (64, 64), (3, 200)])
+def test_transpose_codes(shape):
+    import cupy as cp
+    from fp8lab.gpu.gemm import transpose
+    x = cp.random.randint(0, 256, shape, dtype=cp.uint8)
+    t = transpose(x)
+    assert t.shape == shape[::-1] and t.strides[0] % 16 == 0
+    assert bool((t == x.T).all())
+    with pytest.raises(TypeError, match="uint8"):
+        transpose(cp.zeros(shape, cp.float32))
+
+
+def test_gemm_nt_on_transposed_codes_equals_nn():
+    """C = A B with B (K, N): layout "nn" (transposed inside) and "nt" on transpose(B) agree bit
+    for bit (same kernel, same operands)."""
+    import cupy as cp
+    from fp8lab.gpu.gemm import gemm, transpose
+    a = cp.random.randint(0, 0x70, (300, 520), dtype=cp.uint8)
+    b = cp.random.randint(0, 0x70, (520, 264), dtype=cp.uint8)
+    c1 = gemm(a, b, "e4m3", layout="nn", out_dtype="bfloat16")
+    c2 = gemm(a, transpose(b), "e4m3", layout="nt", out_dtype="bfloat16")
+    assert bool((c1 == c2).all())
 
 
 def test_dispatcher_names_the_kernel():

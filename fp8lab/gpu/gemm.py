@@ -5,9 +5,12 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
 
 - ``"wgmma-fp8"``: e4m3/e5m2 pairs on FP8 tensor cores (Hopper ``wgmma``, QGMMA), operands fed by
   TMA into 128B-swizzled shared memory, the partial sum promoted into an fp32 accumulator every
-  128 K-elements. Rows whose byte stride is not a multiple of 16 are first copied into a padded
+  128 K-elements (while the next K-tile's wgmma run). 16-bit outputs with 16-byte aligned rows
+  leave through shared memory and TMA stores that overlap the next tile. Products with few output
+  tiles and K >= 2048 split K among CTAs (:data:`SPLIT_K`; a second launch adds the splits' fp32
+  sums in order). Rows whose byte stride is not a multiple of 16 are first copied into a padded
   buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
-  call's time.
+  call's time (:func:`transpose` makes K-major codes once, for reuse with ``layout="nt"``).
 - ``"wgmma-f16"``: any other format pair (hif8, the fnuz formats): both operands are decoded to
   fp16 (exact for every fp8lab format) in one launch (``decode_f16_pair``), then multiplied by the same kernel on
   fp16 tensor cores (HGMMA). The decode is counted in the call's time.
@@ -23,7 +26,7 @@ from ..formats import get_format
 from . import _loader
 from .codecs import _as_cupy, _device_table, _sm_count
 
-__all__ = ["gemm", "gemm_grouped", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
+__all__ = ["gemm", "gemm_grouped", "transpose", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
 
 SCALINGS = ("tensor", "row_col", "block")
 LAYOUTS = ("nt", "nn")
@@ -45,6 +48,9 @@ def _instances() -> list[str]:
     return [_instance(lay, s, o) for lay in LAYOUTS for s in SCALINGS for o in OUT_DTYPES]
 
 
+#: 16-bit outputs of the wgmma kernel leave through shared memory and TMA stores that drain while
+#: the next tile runs (``CMAP`` in gpu/gemm_wgmma.cu); False: direct stores from registers.
+TMA_STORE = True
 #: wgmma consumers promote K-tile kt while the wgmma of kt+1 run (two partial accumulators,
 #: ``OVL`` in gpu/gemm_wgmma.cu); False: issue, wait, promote. Same results bit for bit.
 WGMMA_OVERLAP = True
@@ -59,7 +65,8 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = No
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
     return [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
-            for v in (False, True)] + ["transpose_u8", "decode_f16_rows", "decode_f16_pair"]
+            for v in (False, True)] + ["transpose_u8", "decode_f16_rows", "decode_f16_pair"] + \
+        [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS)) for j in range(len(OUT_DTYPES))]
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
@@ -81,39 +88,63 @@ def _encoder():
     return _encode_fn
 
 
-def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int) -> bytes:
-    """128-byte CUtensorMap of a row-major (rows, cols) matrix of ``es``-byte elements: 2-D, box
-    (128 rows, 128 bytes), 128B swizzle, out-of-bounds elements read as zero."""
+def _encode_tmap(ptr: int, es: int, dims, strides, box) -> bytes:
+    """128-byte CUtensorMap: ``dims`` innermost first, byte ``strides`` of the outer dimensions,
+    ``box`` in elements, 128B swizzle, out-of-bounds elements read as zero (and not written)."""
     import ctypes
     buf = ctypes.create_string_buffer(256)
     addr = (ctypes.addressof(buf) + 63) & ~63
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(stride)
-    box = (ctypes.c_uint32 * 2)(128 // es, 128)
-    estr = (ctypes.c_uint32 * 2)(1, 1)
+    n = len(dims)
     # data type UINT8 = 0 / UINT16 = 1, interleave none, swizzle 128B = 3, L2 promotion 256B = 3,
     # OOB fill none (zeros)
-    r = _encoder()(ctypes.c_void_p(addr), 0 if es == 1 else 1, 2, ctypes.c_void_p(ptr), dims, strides,
-                   box, estr, 0, 3, 3, 0)
+    r = _encoder()(ctypes.c_void_p(addr), 0 if es == 1 else 1, n, ctypes.c_void_p(ptr),
+                   (ctypes.c_uint64 * n)(*dims), (ctypes.c_uint64 * (n - 1))(*strides),
+                   (ctypes.c_uint32 * n)(*box), (ctypes.c_uint32 * n)(*([1] * n)), 0, 3, 3, 0)
     if r != 0:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {r} "
-                           f"(rows={rows}, cols={cols}, stride={stride}, elem={es})")
+                           f"(dims={tuple(dims)}, strides={tuple(strides)}, elem={es})")
     return ctypes.string_at(addr, 128)
 
 
-def _tmaps(a, b, es):
-    """Device buffer holding A's and B's tensor maps; cached per (pointers, shapes, strides)."""
+def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int) -> bytes:
+    """Tensor map of a row-major (rows, cols) operand of ``es``-byte elements: 2-D, box
+    (128 rows, 128 bytes)."""
+    return _encode_tmap(ptr, es, (cols, rows), (stride,), (128 // es, 128))
+
+
+def _cmap_bytes(c, M: int, N: int, G: int) -> bytes:
+    """Tensor map of a C-contiguous 16-bit output holding G (M, N) products: 3-D (N, M, G), box
+    (64 columns, 64 rows, 1): TMA clips each GEMM's stores at its own M and N."""
+    return _encode_tmap(c.data.ptr, 2, (N, M, G), (N * 2, M * N * 2), (64, 64, 1))
+
+
+def _tmaps(a, b, es, c=None):
+    """Device buffer holding A's and B's tensor maps (and C's, ``c`` = (out, M, N, G)); cached
+    per (pointers, shapes, strides)."""
     import cupy as cp
-    key = (cp.cuda.Device().id, a.data.ptr, a.shape, a.strides[0], b.data.ptr, b.shape, b.strides[0], es)
+    ckey = None if c is None else (c[0].data.ptr,) + tuple(c[1:])
+    key = (cp.cuda.Device().id, a.data.ptr, a.shape, a.strides[0], b.data.ptr, b.shape, b.strides[0], es,
+           ckey)
     buf = _tmap_cache.get(key)
     if buf is None:
         host = _tmap_bytes(a.data.ptr, a.shape[0], a.shape[1], a.strides[0], es) + \
             _tmap_bytes(b.data.ptr, b.shape[0], b.shape[1], b.strides[0], es)
-        buf = cp.asarray(np.frombuffer(host, np.uint8))
+        if c is not None:
+            host += _cmap_bytes(*c)
+        # copied from pinned memory, ordered on the current stream: no host synchronization, and
+        # a stream being captured into a CUDA graph records the copy (the pinned bytes are kept)
+        pinned = cp.cuda.alloc_pinned_memory(len(host))
+        staged = np.frombuffer(pinned, np.uint8, len(host))
+        staged[:] = np.frombuffer(host, np.uint8)
+        buf = cp.empty(len(host), cp.uint8)
+        cp.cuda.runtime.memcpyAsync(buf.data.ptr, staged.ctypes.data, len(host),
+                                    cp.cuda.runtime.memcpyHostToDevice,
+                                    cp.cuda.get_current_stream().ptr)
         if len(_tmap_cache) > 256:
             _tmap_cache.clear()
-        _tmap_cache[key] = buf
-    return buf
+        _tmap_cache[key] = (buf, pinned)
+        return buf
+    return buf[0]
 
 
 _work: dict = {}
@@ -229,20 +260,48 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
             launches = []
             a2, b2 = _decode_f16(a, fa, cp, "ha"), _decode_f16(bt, fb, cp, "hb")
     N = b2.shape[0] // G
-    maps = _tmaps(a2, b2, es)
+    tiles = G * (-(-M // 128)) * (-(-N // 128))
+    splits = _splits(tiles, -(-K // 128), G)
+    # TMA-store epilogue: 16-bit outputs whose rows start on 16-byte boundaries
+    cmap = (TMA_STORE and splits == 1 and out_dtype != "float32" and out.data.ptr % 16 == 0
+            and (N * 2) % 16 == 0)
+    maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
-    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024
+    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
-    tiles = G * (-(-M // 128)) * (-(-N // 128))
-    dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G))
-    launches.append((k, (min(tiles, _sm_count()),), (384,),
+    dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
+            np.int32(cmap), np.int32(splits))
+    ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else out
+    launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
-                                                sb, dims[4], dims[5]), smem))
+                                                sb, dims[4], dims[5], dims[6], dims[7], ws), smem))
+    if splits > 1:
+        r = _loader.kernel("gemm_wgmma.cu", f"splitk_reduce<{SCALINGS.index(scaling)}, "
+                                            f"{OUT_DTYPES.index(out_dtype)}>")
+        grid = max(1, min(-(-(M * N) // 256), _sm_count() * 8))
+        launches.append((r, (grid,), (256,),
+                         lambda a, b, out, sa, sb: (ws, out, dims[0], dims[1], dims[7], sa, sb), 0))
     # replayable when every derived operand is made by a launch of the list (no padded copy or
     # separate decode made here)
     replay = (a2 is a and b2 is bt) if fp8 else FUSED_DECODE
     return launches, ("wgmma-fp8" if fp8 else "wgmma-f16"), replay
+
+
+#: split-K for products with few output tiles and a long K (``splits`` in gpu/gemm_wgmma.cu): the
+#: K-tiles of each output tile are shared among CTAs that would otherwise idle, and a second
+#: launch adds their fp32 sums in split order. Changes the order of the fp32 additions (a different
+#: rounding than one split; deterministic). False: one CTA per output tile always.
+SPLIT_K = True
+
+
+def _splits(tiles: int, ktiles: int, G: int) -> int:
+    """Number of K-splits for a launch: 1 unless SPLIT_K, G = 1, fewer tiles than half the SMs and
+    at least 16 K-tiles (K >= 2048); then enough splits to cover the SMs, each of >= 4 K-tiles."""
+    sms = _sm_count()
+    if not SPLIT_K or G != 1 or 2 * tiles > sms or ktiles < 16:
+        return 1
+    return max(1, min(sms // tiles, ktiles // 4))
 
 
 def _run(launches, a, b, out, sa, sb):
@@ -260,7 +319,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE, WGMMA_OVERLAP)
+           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
@@ -386,6 +445,27 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
     return out
 
 
+def transpose(x):
+    """``x.T`` of a 2-D uint8 code matrix (R, C), as a (C, R) view whose rows start 16 bytes apart
+    (a (C, R rounded up to 16) buffer): the K-major layout :func:`gemm` reads directly. For a
+    tensor used on both sides of a training step (X in ``X W^T`` and in ``dY^T X``), transpose
+    its codes once and pass them with ``layout="nt"`` rather than transposing inside every NN call.
+    One ``transpose_u8`` launch (64 x 64 byte tiles through shared memory), on the current stream."""
+    import cupy as cp
+    x = _as_cupy(x)
+    if x.dtype != cp.uint8 or x.ndim != 2 or (x.size and x.strides[1] != 1):
+        raise TypeError(f"x must be a 2-D row-major uint8 CuPy array of codes, got {x.dtype} "
+                        f"{x.shape}")
+    R, C = x.shape
+    rp = -(-R // 16) * 16
+    out = cp.empty((C, rp), cp.uint8)
+    if x.size:
+        k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
+        k((-(-C // 64), -(-R // 64)), (256,), (x, out, np.int32(R), np.int32(C), np.int32(x.strides[0]),
+                                             np.int32(rp)))
+    return out[:, :R]
+
+
 def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
                  out_dtype="float32", out=None):
     """G scaled GEMMs of one shape in one launch: ``C[g] = (A[g] * sa[g]) @ (B[g] * sb[g])^T``.
@@ -399,7 +479,9 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     out_dtype, out : as :func:`gemm`; ``out`` is (G, M, N).
 
     Same arithmetic as G calls of :func:`gemm` (the same kernel, its tiles spread over all G
-    GEMMs). On a GPU without wgmma (not sm_90) it runs G calls of :func:`gemm`.
+    GEMMs), except where such a call would split K (few output tiles and K >= 2048, see
+    :data:`SPLIT_K`): the grouped launch never splits. On a GPU without wgmma (not sm_90) it runs
+    G calls of :func:`gemm`.
     """
     import cupy as cp
 

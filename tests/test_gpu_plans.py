@@ -1,0 +1,29 @@
+"""Launch decisions of the GPU GEMM that need no GPU (the SM count is stubbed)."""
+
+import pytest
+
+import fp8lab.gpu.gemm as GM
+
+
+@pytest.fixture
+def sms(monkeypatch):
+    monkeypatch.setattr(GM, "_sm_count", lambda: 132)
+    return 132
+
+
+@pytest.mark.parametrize("tiles,ktiles", [(1, 64), (2, 17), (4, 33), (8, 64), (66, 16), (32, 200)])
+def test_split_k_fills_the_sms_with_whole_k_tiles(sms, tiles, ktiles):
+    s = GM._splits(tiles, ktiles, 1)
+    assert 2 <= s <= ktiles // 4           # every split has >= 4 K-tiles
+    assert tiles * s <= sms                # one wave: no split waits for another
+    assert tiles * (s + 1) > sms or s == ktiles // 4   # and no more SMs could be used
+
+
+@pytest.mark.parametrize("tiles,ktiles,G", [(67, 64, 1), (8, 15, 1), (4, 33, 3), (108, 64, 1)])
+def test_no_split_for_many_tiles_short_k_or_groups(sms, tiles, ktiles, G):
+    assert GM._splits(tiles, ktiles, G) == 1
+
+
+def test_split_k_can_be_switched_off(sms, monkeypatch):
+    monkeypatch.setattr(GM, "SPLIT_K", False)
+    assert GM._splits(1, 64, 1) == 1
