@@ -20,12 +20,15 @@ both variants and left out: the tables compare the GEMM work each variant adds.
 
 Two ways to feed the operands, each timed for both variants:
 
-- "operands ready": each GEMM's operands already in its compute format and layout (bf16 tensors;
-  8-bit codes, with dY^T's codes made once per layer), as when the producer of a tensor writes it
-  in that format (fused casts).
+- "operands ready": each GEMM's operands already in its compute format and layout, as when the
+  producer of a tensor writes it in that format (fused casts): bf16 tensors (cuBLAS takes the
+  transposed operands as views); 8-bit codes of X, W and dY and of their transposes (FP8 wgmma
+  reads both operands K-major: ``X W^T``, ``dY^T (X^T)^T``, ``dY (W^T)^T``, all NT), each made
+  once per layer, as a fused cast-and-transpose would.
 - "casts from float32": X, W and dY are float32; each is cast once per step (``.to(bfloat16)``;
-  :func:`fp8lab.gpu.quantize.quantize` per format and scaling, plus a transpose of dY's codes for
-  dW), and the casts are timed with the GEMMs.
+  :func:`fp8lab.gpu.quantize.quantize` per format and scaling, then
+  :func:`fp8lab.gpu.gemm.transpose` of the codes where a transpose is needed), and the casts are
+  timed with the GEMMs.
 
 Each step is timed eagerly (Python launching every kernel, as a training loop without graphs
 does) and as a CUDA graph captured from the same calls and replayed (launch costs removed: the
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
     import cupy as cp
     import torch
 
-    from fp8lab.gpu.gemm import gemm
+    from fp8lab.gpu.gemm import gemm, transpose
     from fp8lab.gpu.quantize import quantize
     from fp8lab.loka.sites import Candidate
     from fp8lab.scaling import Scaling
@@ -129,17 +132,16 @@ def main(argv=None) -> int:
         layers.append((name, pos, t, [(k, Candidate.parse(choices.get(f"{name}.{k}",
                                                                       _default_choice(name, pos))))
                                       for k in kinds]))
-    # operand roles per GEMM kind: (A tensor, A orientation, B tensor, layout); A orientation "t"
-    # means A = that tensor transposed (dY^T for dW)
-    ROLES = {"fwd": ("x", "", "w", "nt"), "dw": ("dy", "t", "x", "nn"), "dx": ("dy", "", "w", "nn")}
+    # operands per GEMM kind, all NT (C = A B^T, both K-major as FP8 wgmma reads them):
+    # (A tensor, A orientation, B tensor, B orientation); "t" = the tensor's codes transposed
+    ROLES = {"fwd": ("x", "", "w", ""), "dw": ("dy", "t", "x", "t"), "dx": ("dy", "", "w", "t")}
 
-    def scaling_of(cand, role, layout):
-        """(Scaling, gemm scaling name) of operand ``role`` ("a", "at" or "b") of a candidate."""
+    def scaling_of(cand, orient):
+        """(Scaling, gemm scaling name) of an operand of a candidate: per-row scales of the
+        operand as the GEMM reads it (per column of the tensor when transposed)."""
         if cand.scaling == "tensor":
             return Scaling.per_tensor(), "tensor"
-        # one scale per row of A (per column of dY for dY^T) and per output column of B
-        axis = {"a": -1, "at": 0, "b": -1 if layout == "nt" else 0}[role]
-        return Scaling.per_channel(axis=axis), "row_col"
+        return Scaling.per_channel(axis=0 if orient == "t" else -1), "row_col"
 
     def bf16_site(t16, kind):
         x, w, dy = t16["x"], t16["w"], t16["dy"]
@@ -154,24 +156,24 @@ def main(argv=None) -> int:
         def get(self, name, fmt, sc, orient):
             key = (name, fmt, repr(sc), orient)
             if key not in self.q:
-                if orient == "t":   # dY^T: cast dY (scales per its columns), transpose the codes
+                if orient == "t":   # cast the tensor, transpose its codes (one launch)
                     q = self.get(name, fmt, sc, "")
-                    self.q[key] = (cp.ascontiguousarray(q[0].T), q[1])
+                    self.q[key] = (transpose(q[0]), q[1])
                 else:
                     q = quantize(cp.from_dlpack(self.t32[name]), fmt, scaling=sc, saturate=True)
                     self.q[key] = (q.codes, q.scales.ravel())
             return self.q[key]
 
     def fp8_site(codes, cand, kind, out):
-        an, ao, bn, layout = ROLES[kind]
-        sa, gs = scaling_of(cand, "at" if ao else "a", layout)
-        sb, _ = scaling_of(cand, "b", layout)
+        an, ao, bn, bo = ROLES[kind]
+        sa, gs = scaling_of(cand, ao)
+        sb, _ = scaling_of(cand, bo)
 
         def call():
             a, a_s = codes.get(an, cand.fmt_a, sa, ao)
-            b, b_s = codes.get(bn, cand.fmt_b, sb, "")
+            b, b_s = codes.get(bn, cand.fmt_b, sb, bo)
             return gemm(a, b, cand.fmt_a, cand.fmt_b, scale_a=a_s, scale_b=b_s, scaling=gs,
-                        layout=layout, out_dtype="bfloat16", out=out)
+                        layout="nt", out_dtype="bfloat16", out=out)
         return call
 
     def shape_of(t, kind):
