@@ -18,17 +18,22 @@ both variants and left out: the tables compare the GEMM work each variant adds.
   experiment's Dispatch arrived at (``docs/dlrm.md``): first and logit layers in bf16, every other
   GEMM e4m3 per-tensor.
 
-Two ways to feed the operands, each timed for both variants:
+Three ways to feed the operands, each timed for both variants:
 
 - "operands ready": each GEMM's operands already in its compute format and layout, as when the
   producer of a tensor writes it in that format (fused casts): bf16 tensors (cuBLAS takes the
   transposed operands as views); 8-bit codes of X, W and dY and of their transposes (FP8 wgmma
   reads both operands K-major: ``X W^T``, ``dY^T (X^T)^T``, ``dY (W^T)^T``, all NT), each made
   once per layer, as a fused cast-and-transpose would.
-- "casts from float32": X, W and dY are float32; each is cast once per step (``.to(bfloat16)``;
-  :func:`fp8lab.gpu.quantize.quantize` per format and scaling, then
-  :func:`fp8lab.gpu.gemm.transpose` of the codes where a transpose is needed), and the casts are
-  timed with the GEMMs.
+- "casts from f32, current scaling": X, W and dY are float32; each is cast once per step
+  (``.to(bfloat16)``; :func:`fp8lab.gpu.quantize.quantize` per format and scaling, which takes
+  the tensor's maximum first, then :func:`fp8lab.gpu.gemm.transpose` of the codes where a
+  transpose is needed), and the casts are timed with the GEMMs.
+- "casts from f32, delayed scaling": as above, but each per-tensor operand is cast by
+  :func:`fp8lab.gpu.quantize.cast_transpose` at a scale held on the device (codes, transposed
+  codes and the running maximum in one pass), and the step ends with the next scales computed
+  from the maxima on the device (:func:`fp8lab.gpu.quantize.scales_from_amax`), as FP8
+  training with delayed scaling does. (Per-row candidates keep the current-scaling path.)
 
 Each step is timed eagerly (Python launching every kernel, as a training loop without graphs
 does) and as a CUDA graph captured from the same calls and replayed (launch costs removed: the
@@ -111,7 +116,7 @@ def main(argv=None) -> int:
     import torch
 
     from fp8lab.gpu.gemm import gemm, transpose
-    from fp8lab.gpu.quantize import quantize
+    from fp8lab.gpu.quantize import cast_transpose, quantize, scales_from_amax
     from fp8lab.loka.sites import Candidate
     from fp8lab.scaling import Scaling
 
@@ -149,14 +154,43 @@ def main(argv=None) -> int:
         x, w, dy = t16["x"], t16["w"], t16["dy"]
         return {"fwd": lambda: x @ w.t(), "dw": lambda: dy.t() @ x, "dx": lambda: dy @ w}[kind]
 
-    class Codes:
-        """One step's 8-bit operands: each (tensor, format, scaling, orientation) cast once."""
+    # delayed scaling on the device: per format, one slot per (layer, tensor) in an amax array
+    # and a scale array; each cast reads its scale and raises its running maximum; at the end of
+    # the step the next scales come from the maxima (scales_from_amax) and the maxima restart.
+    slots, dl_amax, dl_scale = {}, {}, {}
 
-        def __init__(self, t32):
-            self.t32, self.q = t32, {}
+    def delayed_slot(layer, name, fmt, x32):
+        key = (layer, name, fmt)
+        if key not in slots:
+            slots[key] = len([k for k in slots if k[2] == fmt])
+            a = cp.abs(cp.from_dlpack(x32)).max().reshape(1)   # the "previous step's" maximum
+            dl_amax[fmt] = cp.concatenate([dl_amax.get(fmt, cp.zeros(0, cp.float32)), a])
+            dl_scale[fmt] = scales_from_amax(dl_amax[fmt], fmt)
+        i = slots[key]
+        return dl_scale[fmt][i:i + 1], dl_amax[fmt][i:i + 1]
+
+    def rescale():
+        for fmt, amax in dl_amax.items():
+            dl_scale[fmt][...] = scales_from_amax(amax, fmt)
+            amax.fill(0)
+
+    class Codes:
+        """One step's 8-bit operands: each (tensor, format, scaling, orientation) cast once.
+        ``delayed``: per-tensor casts by cast_transpose at the delayed scale (codes and their
+        transpose in one pass); else quantize (current scaling: a maximum pass first) and
+        transpose."""
+
+        def __init__(self, layer, t32, delayed=False):
+            self.layer, self.t32, self.q, self.delayed = layer, t32, {}, delayed
 
         def get(self, name, fmt, sc, orient):
             key = (name, fmt, repr(sc), orient)
+            if key not in self.q and self.delayed and sc.kind == "tensor":
+                s, amax = delayed_slot(self.layer, name, fmt, self.t32[name])
+                ct = cast_transpose(cp.from_dlpack(self.t32[name]), fmt, s, saturate=True, amax=amax,
+                                    check=False)
+                self.q[key[:3] + ("",)] = (ct.q.codes, ct.q.scales.ravel())
+                self.q[key[:3] + ("t",)] = (ct.t, ct.q.scales.ravel())
             if key not in self.q:
                 if orient == "t":   # cast the tensor, transpose its codes (one launch)
                     q = self.get(name, fmt, sc, "")
@@ -193,13 +227,15 @@ def main(argv=None) -> int:
             outs[key] = cp.empty((M, N), cp.uint16)
         return outs[key]
 
-    def step_fns(variant, ready, high=frozenset()):
+    def step_fns(variant, ready, high=frozenset(), delayed=False):
         """The callables of one step, in order. ``ready``: operands made beforehand (not timed);
-        ``high``: (layer, kind) sites run in bf16 whatever their candidate."""
+        ``high``: (layer, kind) sites run in bf16 whatever their candidate; ``delayed``: casts
+        from float32 at delayed per-tensor scales (cast_transpose), the next scales computed at
+        the end of the step."""
         fns, keep = [], []
         for name, pos, t, sites in layers:
             t16 = ({k: v.to(torch.bfloat16) for k, v in t.items()} if ready else None)
-            codes = Codes(t)
+            codes = Codes(name, t, delayed and not ready)
             if not ready:
                 # casts inside the step: bf16 tensors (once per step) and 8-bit codes (on demand)
                 holder = {}
@@ -224,6 +260,8 @@ def main(argv=None) -> int:
                         f()   # makes the codes now (kept by ``codes``); the step only multiplies
                     fns.append(f)
             keep.append(codes)
+        if delayed and not ready and variant != "bf16":
+            fns.append(rescale)
         return fns, keep
 
     def run_all(fns):
@@ -306,10 +344,12 @@ def main(argv=None) -> int:
     # fastest option that meets the error budget; bf16 always does) with the per-site times
     # measured above on this GPU: 8-bit sites slower than bf16 here run bf16.
     rows = []
-    for ready, label in ((True, "operands ready (fused casts)"), (False, "casts from float32 in the step")):
+    for ready, delayed, label in ((True, False, "operands ready (fused casts)"),
+                                  (False, False, "casts from f32, current scaling"),
+                                  (False, True, "casts from f32, delayed scaling")):
         res = []
         for variant, high in (("bf16", frozenset()), ("loka", frozenset()), ("loka", frozenset(slower))):
-            fns, keep = step_fns(variant, ready, high)
+            fns, keep = step_fns(variant, ready, high, delayed)
             res.append(timed(fns))
             del fns, keep
         rows.append((label, res))

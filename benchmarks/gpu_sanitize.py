@@ -3,7 +3,8 @@
     PYTHONPATH=.:benchmarks compute-sanitizer --tool memcheck python3 benchmarks/gpu_sanitize.py
 
 Encode (cvt, lut32, generic float64 and stochastic paths), decode, quantize (fused cast: per
-tensor, per row, ragged blocks, a scale below 2^-60) and the GEMM check at two ragged shapes, on
+tensor, per row, ragged blocks, a scale below 2^-60), cast_transpose (ragged tiles, strided rows)
+and the GEMM check at two ragged shapes, on
 sizes that exercise the vector part, the scalar tail and misaligned starts.
 """
 
@@ -44,6 +45,9 @@ def main() -> int:
                 got = quantize(cp.asarray(arr), fmt, scaling=rec)
                 ref = fp8lab.quantize(arr, fmt, scaling=rec)
                 bad += int((got.codes.get() != ref.codes).sum())
+    # cast_transpose: ragged tiles, strided rows, float16, the table and cvt kernels
+    import gpu_quantize
+    bad += gpu_quantize.check_cast_transpose(print, shapes=((63, 65), (130, 67)))
     print(f"codecs and quantize: {bad} mismatches")
     # 70x136x2100: the TMA-store epilogue (16-bit outputs) and split-K (4 splits) with its reduce
     bad += gpu_gemm.check(print, shapes=((70, 130, 200), (70, 136, 2100)))

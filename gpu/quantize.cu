@@ -117,3 +117,93 @@ __global__ void __launch_bounds__(1024) fp8_quantize_f32(const u32* __restrict__
         }
     }
 }
+
+// fp8_cast_transpose<MODE, SAT, CVT>: one pass over a 2-D float32 x (R x C, row stride ldx
+// elements) at one scale held on the device (*scale, read by every block: no host round trip):
+//   - the codes, fp8_quantize_elem per element (the same codes as fp8_quantize_f32), row-major
+//     into out (row stride ldo bytes);
+//   - if outt is not null, the same codes transposed into outt (C rows of stride ldt bytes), through
+//     a 64 x 64 shared-memory tile (the layout fp8lab.gpu.gemm reads K-major operands in);
+//   - the maximum finite |x|, atomicMax'ed once per block into *amax as float32 bits (non-negative
+//     floats order as their bit patterns; Inf and NaN count as 0, as in the block maxima).
+// Blocks of 256 threads (16 x 16, four consecutive columns each) walk the 64 x 64 tiles with a
+// grid stride; each thread issues its four 16-byte loads before converting.
+template <int MODE, bool SAT, int CVT>
+__global__ void __launch_bounds__(256) fp8_cast_transpose(const float* __restrict__ x, u8* __restrict__ out,
+                                                          u8* __restrict__ outt, u32* __restrict__ amax,
+                                                          const float* __restrict__ scale, int R, int C,
+                                                          i64 ldx, i64 ldo, i64 ldt, const u8* __restrict__ lut,
+                                                          u32 special) {
+    __shared__ FmtShared t;
+    __shared__ u32 tile[64][17];   // 64 rows of 64 codes (+1 word: odd stride for the column reads)
+    __shared__ u32 wmax[8];
+    fmt_load_shared(t);
+    __syncthreads();
+    const float s = *scale;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const bool vec = (ldx & 3) == 0 && ((size_t)x & 15) == 0;
+    const bool vecw = (ldo & 3) == 0 && ((size_t)out & 3) == 0;
+    const bool vect = (ldt & 3) == 0 && ((size_t)outt & 3) == 0;
+    const u8* tb = reinterpret_cast<const u8*>(&tile[0][0]);
+    const int ntc = (C + 63) / 64;
+    const i64 ntiles = (i64)ntc * ((R + 63) / 64);
+    u32 m = 0;
+    for (i64 tl = blockIdx.x; tl < ntiles; tl += gridDim.x) {
+        const int r0 = (int)(tl / ntc) * 64, c0 = (int)(tl % ntc) * 64;
+        const int c = c0 + 4 * tx;
+        u32 xb[4][4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int r = r0 + ty + 16 * p;
+            xb[p][0] = xb[p][1] = xb[p][2] = xb[p][3] = 0u;
+            if (r < R) {
+                const float* row = x + (i64)r * ldx;
+                if (vec && c + 3 < C) {
+                    const float4 v = *reinterpret_cast<const float4*>(row + c);
+                    xb[p][0] = __float_as_uint(v.x); xb[p][1] = __float_as_uint(v.y);
+                    xb[p][2] = __float_as_uint(v.z); xb[p][3] = __float_as_uint(v.w);
+                } else {
+                    for (int i = 0; i < 4; i++) if (c + i < C) xb[p][i] = __float_as_uint(row[c + i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int r = r0 + ty + 16 * p;
+            u32 w = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const u32 a = xb[p][i] & 0x7FFFFFFFu;
+                if (a < 0x7F800000u) m = max(m, a);
+                w |= (u32)fp8_quantize_elem<MODE, SAT, CVT>(xb[p][i], s, t, lut, special) << (8 * i);
+            }
+            if (r < R) {
+                u8* orow = out + (i64)r * ldo;
+                if (vecw && c + 3 < C) *reinterpret_cast<u32*>(orow + c) = w;
+                else for (int i = 0; i < 4; i++) if (c + i < C) orow[c + i] = (u8)(w >> (8 * i));
+            }
+            tile[ty + 16 * p][tx] = w;
+        }
+        if (outt == nullptr) continue;
+        __syncthreads();
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int cc = ty + 16 * p, ct = c0 + cc, r = r0 + 4 * tx;
+            if (ct >= C) continue;
+            u32 w = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) w |= (u32)tb[(4 * tx + i) * 68 + cc] << (8 * i);
+            u8* trow = outt + (i64)ct * ldt;
+            if (vect && r + 3 < R) *reinterpret_cast<u32*>(trow + r) = w;
+            else for (int i = 0; i < 4; i++) if (r + i < R) trow[r + i] = (u8)(w >> (8 * i));
+        }
+        __syncthreads();   // the tile is rewritten by the next iteration
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < 8; w++) m = max(m, wmax[w]);
+        if (m != 0u) atomicMax(amax, m);
+    }
+}

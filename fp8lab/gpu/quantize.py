@@ -18,9 +18,9 @@ import dataclasses
 import numpy as np
 
 from ..formats import Format
-from ..scaling import Scaling, compute_scale
+from ..scaling import Scaling, _rule_params, compute_scale
 
-__all__ = ["quantize", "GPUQTensor"]
+__all__ = ["quantize", "GPUQTensor", "cast_transpose", "CastTranspose", "scales_from_amax"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -48,6 +48,9 @@ FUSED_AMAX = True
 #: and the scaled cast in one kernel (fp8_quantize_f32, gpu/quantize.cu): no float64 quotient, no
 #: host round trip. Else (float64 input, stochastic rounding) the composed path below.
 FUSED_CAST = True
+#: cast_transpose's grid: this many blocks per SM walk the 64 x 64 tiles (each block folds its
+#: maximum into amax with one atomic); 0: one block per tile.
+CT_BLOCKS_PER_SM = 8
 
 
 def _instances() -> list[str]:
@@ -60,6 +63,7 @@ def _instances() -> list[str]:
         for sat in ("false", "true"):
             for cvt in ((0, 1, 2) if m == "nearest_even" else (0,)):
                 out += [f"fp8_quantize_f32<{code}, {sat}, {cvt}, {t}>" for t in ("false", "true")]
+                out.append(f"fp8_cast_transpose<{code}, {sat}, {cvt}>")
     return out
 
 
@@ -74,19 +78,13 @@ def _fused_cast(cp, x3, f, sc, mode, sat, geom, amax=None, scales=None):
     """codes (flat) and float32 scales (flat) of float32 x3 (P, R, C), all on the device."""
     from .. import _kernels as K
     from ..codecs import _lut
-    from ..scaling import _rule_params
     from . import _loader
     from .codecs import _device_table, _sm_count, cvt_special
 
     P, R, C, BR, BC, nbR, nbC = geom
     defines = _loader.format_defines(f)
     if scales is None:
-        amax = cp.ascontiguousarray(amax, dtype=cp.float64).reshape(-1)
-        scales = cp.empty(amax.size, cp.float32)
-        fmax, emax = _rule_params(f)
-        ks = _loader.kernel("quantize.cu", "fp8_scales", defines)
-        ks((-(-amax.size // 256),), (256,), (amax, scales, np.int32(amax.size), np.float64(fmax),
-                                            np.int32(emax), np.int32(sc.rule), np.int32(sc.margin)))
+        scales = _scales_of(cp, amax, f, sc)
     flat = x3.reshape(-1)
     n = flat.size
     codes = cp.empty(n, cp.uint8)
@@ -110,6 +108,43 @@ def _fused_cast(cp, x3, f, sc, mode, sat, geom, amax=None, scales=None):
                            np.int32(BR), np.int32(BC), np.int32(nbR), np.int32(nbC), lut,
                            np.uint32(special)), shared_mem=smem)
     return codes, scales
+
+
+def _scales_of(cp, amax, f, sc):
+    """float32 scales (flat) of device maxima by the rule of compute_scale (fp8_scales)."""
+    from . import _loader
+    amax = cp.ascontiguousarray(amax, dtype=cp.float64).reshape(-1)
+    scales = cp.empty(amax.size, cp.float32)
+    if amax.size:
+        fmax, emax = _rule_params(f)
+        ks = _loader.kernel("quantize.cu", "fp8_scales", _loader.format_defines(f))
+        ks((-(-amax.size // 256),), (256,), (amax, scales, np.int32(amax.size), np.float64(fmax),
+                                            np.int32(emax), np.int32(sc.rule), np.int32(sc.margin)))
+    return scales
+
+
+def scales_from_amax(amax, fmt, scaling=None):
+    """Scales for maxima held on the device, by the rule of :func:`fp8lab.scaling.compute_scale`,
+    computed on the device (no host round trip; a CUDA graph can capture it).
+
+    ``amax``: a CuPy array of finite ``|x|`` maxima (float32 or float64, any shape; Inf gives
+    the largest scale, as on the CPU). ``scaling``: the recipe whose rule applies (its pow2 and
+    margin; default per-tensor). Returns float32 scales of ``amax``'s shape. With
+    :func:`cast_transpose`, the delayed-scaling loop of a training step stays on the GPU::
+
+        ct = cast_transpose(x, "e4m3", scale, amax=amax)     # codes, codes.T, running max
+        scale = scales_from_amax(amax, "e4m3")               # the next step's scale
+    """
+    import cupy as cp
+
+    from ..qtensor import _resolve_call
+    from .codecs import _as_cupy
+
+    f, sc, _, _, _ = _resolve_call(fmt, scaling, None, None, None)
+    amax = _as_cupy(amax)
+    if amax.dtype not in (cp.float32, cp.float64):
+        raise TypeError(f"amax must be a float32 or float64 CuPy array, got {amax.dtype}")
+    return _scales_of(cp, amax, f, sc).reshape(amax.shape)
 
 
 def _absmax_kernel(cp):
@@ -215,3 +250,141 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     codes = encode(q.reshape(shape), f.name, rounding=mode, saturate=bool(saturate), seed=seed)
     return GPUQTensor(codes, cp.asarray(np.ascontiguousarray(s_host, np.float32)).reshape(sshape), f, sc,
                       src_dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CastTranspose:
+    """What :func:`cast_transpose` returns.
+
+    ``q``: the codes (R, C) and the scale, as :func:`quantize` gives them; ``t``: the codes
+    transposed, a (C, R) view whose rows start 16 bytes apart (as :func:`fp8lab.gpu.gemm.transpose`
+    returns them), or None; ``amax``: a (1,) float32 CuPy array, the maximum finite ``|x|`` (the
+    running maximum when an ``amax`` buffer was passed in)."""
+
+    q: GPUQTensor
+    t: object
+    amax: object
+
+
+def _device_scale(cp, scale, check: bool):
+    """A (1,) float32 CuPy array holding the per-tensor scale (validated unless ``check`` is
+    False for a device array, which would need a host round trip)."""
+    if isinstance(scale, cp.ndarray):
+        if scale.dtype != cp.float32 or scale.size != 1:
+            raise TypeError(f"scale as a CuPy array must be float32 with one element, got {scale.dtype} "
+                            f"of shape {scale.shape}")
+        s = cp.ascontiguousarray(scale).reshape(1)
+        if check and not bool(cp.isfinite(s[0]) & (s[0] > 0)):
+            raise ValueError(f"scale must be finite and > 0, got {float(s[0].get())}")
+        return s
+    try:
+        v = np.float32(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale must be a number or a one-element float32 CuPy array, got "
+                        f"{type(scale).__name__}") from None
+    if np.ndim(scale) != 0 or not (np.isfinite(v) and v > 0):
+        raise ValueError(f"scale must be one finite float32 value > 0, got {scale!r}")
+    return cp.full(1, v, cp.float32)
+
+
+def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=True, amax=None,
+                   check=True) -> CastTranspose:
+    """Codes of a 2-D float32 (or float16) CuPy array at a given per-tensor scale, their transpose
+    and the maximum finite ``|x|``, in one pass over ``x`` (one kernel launch).
+
+    The cast of FP8 training with delayed scaling: the scale comes from earlier maxima (for
+    example :class:`fp8lab.scaling.DelayedScaling`), so no maximum pass precedes the cast, and the
+    maximum this call measures feeds the next scale. The transposed codes are the K-major operand
+    :func:`fp8lab.gpu.gemm.gemm` reads for the other GEMMs of a training step (``X`` in ``X W^T``
+    and ``X^T`` in ``dY^T X``).
+
+    Parameters
+    ----------
+    x : (R, C) CuPy array, float32 or float16 (widened exactly); rows may be strided.
+    fmt : str or Format
+    scale : float, or a one-element float32 CuPy array (read on the device, so the call does not
+        wait for the host; a CUDA graph can capture it with ``check=False``). ``x ~= decode * scale``.
+    rounding, saturate : as :func:`quantize` (deterministic modes; not ``"stochastic"``).
+    transpose : also write the transposed codes (default True).
+    amax : optional (1,) float32 CuPy array holding a non-negative value; updated in place to the
+        maximum of itself and this ``x``'s (a running maximum over several calls). Default: a new
+        zero-initialized array.
+    check : validate a device ``scale`` (finite, > 0) at the cost of one host round trip.
+
+    Returns
+    -------
+    CastTranspose
+        ``q.codes`` equal bit for bit to ``quantize(x, fmt, scales=scale).codes`` (and to the
+        CPU's :func:`fp8lab.quantize` with the same scale), ``t`` equal to ``q.codes.T``.
+    """
+    import cupy as cp
+
+    from .codecs import _as_cupy, _sm_count
+
+    f, sc, k, lut, special = _ct_plan(cp, fmt, rounding, saturate)
+    x = _as_cupy(x)
+    if x.dtype not in (cp.float32, cp.float16) or x.ndim != 2:
+        raise TypeError(f"x must be a 2-D float32 or float16 CuPy array, got {x.dtype} of shape "
+                        f"{x.shape} (fp8lab.gpu.quantize.quantize takes any shape and float64)")
+    if x.dtype == cp.float16 or (x.size and (x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 0)):
+        x = cp.ascontiguousarray(x, dtype=cp.float32)
+    s = _device_scale(cp, scale, check)
+    if amax is None:
+        amax = cp.zeros(1, cp.float32)
+    elif not (isinstance(amax, cp.ndarray) and amax.dtype == cp.float32 and amax.shape == (1,)
+              and amax.flags.c_contiguous):
+        raise TypeError("amax must be a (1,) float32 CuPy array (non-negative; updated in place)")
+    R, C = x.shape
+    codes = cp.empty((R, C), cp.uint8)
+    rp = -(-R // 16) * 16
+    tbuf = cp.empty((C, rp), cp.uint8) if transpose else None
+    if x.size:
+        ldx = x.strides[0] // 4 if R > 1 else C
+        tiles = -(-C // 64) * -(-R // 64)
+        grid = tiles if CT_BLOCKS_PER_SM <= 0 else min(tiles, _sm_count() * CT_BLOCKS_PER_SM)
+        k((grid,), (256,),
+          (x, codes, tbuf if transpose else np.uint64(0), amax.view(cp.uint32), s, np.int32(R), np.int32(C),
+           np.int64(ldx), np.int64(C), np.int64(rp), codes if lut is None else lut, np.uint32(special)))
+    q = GPUQTensor(codes, s.reshape(sc.scale_shape((R, C))), f, sc, np.dtype(np.float32))
+    return CastTranspose(q, tbuf[:, :R] if transpose else None, amax)
+
+
+_ct_plans: dict = {}
+
+
+def _ct_plan(cp, fmt, rounding, saturate):
+    """(format, Scaling, kernel, table or None, special) of a cast_transpose call, memoized per
+    device and arguments (a call's Python is what small casts are bound by)."""
+    try:
+        key = (cp.cuda.Device().id, fmt, rounding, saturate)
+        plan = _ct_plans.get(key)
+    except TypeError:   # unhashable argument: resolve it (and let validation say what is wrong)
+        key, plan = None, None
+    if plan is not None:
+        return plan
+    from .. import _kernels as K
+    from ..codecs import _lut
+    from . import _loader
+    from .codecs import _device_table, cvt_special
+    f, sc, _, mode, sat = _resolve_cast_args(fmt, rounding, saturate)
+    cvt = _cvt_kind(f, mode)
+    if cvt:
+        lut, special = None, cvt_special(f, sat)
+    else:
+        lut = _device_table(("lut", f.name, mode, sat), lambda: _lut(f, "float32", mode, sat))
+        special = 0
+    inst = f"fp8_cast_transpose<{K.MODE_CODES[mode]}, {'true' if sat else 'false'}, {cvt}>"
+    plan = (f, sc, _loader.kernel("quantize.cu", inst, _loader.format_defines(f)), lut, special)
+    if key is not None:
+        _ct_plans[key] = plan
+    return plan
+
+
+def _resolve_cast_args(fmt, rounding, saturate):
+    from ..codecs import resolve_rounding
+    from ..formats import get_format
+    from ..qtensor import _resolve_call
+    if resolve_rounding(get_format(fmt), rounding) == "stochastic":
+        raise ValueError("cast_transpose rounds deterministically; for rounding='stochastic' use "
+                         "fp8lab.gpu.quantize.quantize")
+    return _resolve_call(fmt, "tensor", rounding, saturate, None)
