@@ -125,3 +125,39 @@ def test_grouped_shape_errors():
         gemm_grouped(a, cp.zeros((3, 4, 8), cp.uint8), "e4m3")
     with pytest.raises(ValueError, match=r"scale_a must have shape \(2,\)"):
         gemm_grouped(a, a, "e4m3", scale_a=cp.ones(3, cp.float32))
+
+
+def test_captured_graph_survives_cache_turnover():
+    """A CUDA graph captured from a gemm call keeps the device addresses of the tensor maps and
+    scales that call used; more calls than the caches hold, then reuse of the freed memory, must
+    not change what the graph computes."""
+    import cupy as cp
+    import numpy as np
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu import gemm as GM
+    rng = np.random.default_rng(3)
+    a = G.encode(cp.asarray(rng.standard_normal((256, 512)).astype(np.float32)), "e4m3")
+    b = G.encode(cp.asarray(rng.standard_normal((384, 512)).astype(np.float32)), "e4m3")
+    kw = dict(scale_a=0.5, scale_b=2.0, out_dtype="bfloat16")
+    ref = GM.gemm(a, b, "e4m3", "e4m3", **kw).view(cp.uint16).get()
+    out = cp.zeros((256, 384), cp.uint16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        GM.gemm(a, b, "e4m3", "e4m3", out=out, **kw)   # builds and caches the launch plan
+        s.synchronize()
+        mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
+        s.begin_capture() if mode is None else s.begin_capture(mode)
+        GM.gemm(a, b, "e4m3", "e4m3", out=out, **kw)
+        graph = s.end_capture()
+        out.fill(0)
+        others = [cp.empty((256, 384), cp.uint16) for _ in range(300)]   # new addresses: new plans
+        for o in others:
+            GM.gemm(a, b, "e4m3", "e4m3", out=o, **kw)
+        s.synchronize()
+        assert len(GM._plans) <= GM._plans.limit and GM._plans.kept() >= 1
+        del others, o
+        junk = [cp.full(1 << 16, 0xFF, cp.uint8) for _ in range(200)]   # reuse the freed memory
+        graph.launch(stream=s)
+        s.synchronize()
+    assert np.array_equal(out.get(), ref)
+    del junk

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..formats import get_format
 from . import _loader
+from ._cache import BoundedCache
 from .codecs import _as_cupy, _device_table, _sm_count
 
 __all__ = ["gemm", "gemm_grouped", "transpose", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
@@ -70,7 +71,7 @@ def _wg_instances() -> list[str]:
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
-_tmap_cache: dict = {}
+_tmap_cache = BoundedCache(256)
 _encode_fn = None
 
 
@@ -140,14 +141,12 @@ def _tmaps(a, b, es, c=None):
         cp.cuda.runtime.memcpyAsync(buf.data.ptr, staged.ctypes.data, len(host),
                                     cp.cuda.runtime.memcpyHostToDevice,
                                     cp.cuda.get_current_stream().ptr)
-        if len(_tmap_cache) > 256:
-            _tmap_cache.clear()
-        _tmap_cache[key] = (buf, pinned)
+        _tmap_cache.put(key, (buf, pinned))
         return buf
     return buf[0]
 
 
-_work: dict = {}
+_work = BoundedCache(32)
 
 
 def _workspace(role, rows, cols, dtype, cp):
@@ -158,10 +157,10 @@ def _workspace(role, rows, cols, dtype, cp):
     key = (cp.cuda.Device().id, role, rows, cols, np.dtype(dtype).str)
     buf = _work.get(key)
     if buf is None:
-        if len(_work) > 32:
-            _work.clear()
-            _plans.clear()   # plans hold workspaces
-        buf = _work[key] = cp.zeros((rows, cols), dtype)
+        if len(_work) >= _work.limit:
+            _work.evict()
+            _plans.evict()   # plans hold workspaces
+        buf = _work.put(key, cp.zeros((rows, cols), dtype))
     return buf
 
 
@@ -312,7 +311,7 @@ def _run(launches, a, b, out, sa, sb):
 #: launch lists of recent wgmma calls, keyed by everything they depend on (device, pointers,
 #: shapes, strides, formats, recipe, output): a repeated call skips the Python that builds them.
 #: They hold the workspaces and tensor maps they use, not the caller's arrays.
-_plans: dict = {}
+_plans = BoundedCache(256)
 
 
 def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G=1) -> str:
@@ -325,16 +324,14 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
                                              kb, cp, G)
         if replay:
-            if len(_plans) > 256:
-                _plans.clear()
-            _plans[key] = (launches, name)
+            _plans.put(key, (launches, name))
     else:
         launches, name = plan
     _run(launches, a, b, out, sa, sb)
     return name
 
 
-_scalars: dict = {}
+_scalars = BoundedCache(1024)
 
 
 def _scale(s, shape, name):
@@ -344,9 +341,7 @@ def _scale(s, shape, name):
         key = (cp.cuda.Device().id, float(np.float32(s)))
         d = _scalars.get(key)
         if d is None:
-            if len(_scalars) > 1024:
-                _scalars.clear()
-            d = _scalars[key] = cp.full((1,), np.float32(s), cp.float32)
+            d = _scalars.put(key, cp.full((1,), np.float32(s), cp.float32))
         return d
     s = cp.ascontiguousarray(cp.asarray(s, dtype=cp.float32))
     if s.size == 1 and shape == (1,):
