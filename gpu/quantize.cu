@@ -146,10 +146,10 @@ __global__ void __launch_bounds__(256) fp8_cast_transpose(const float* __restric
     const bool vect = (ldt & 3) == 0 && ((size_t)outt & 3) == 0;
     const u8* tb = reinterpret_cast<const u8*>(&tile[0][0]);
     const int ntc = (C + 63) / 64;
-    const i64 ntiles = (i64)ntc * ((R + 63) / 64);
+    const int ntiles = ntc * ((R + 63) / 64);   // < 2^31 (checked by the caller)
     u32 m = 0;
-    for (i64 tl = blockIdx.x; tl < ntiles; tl += gridDim.x) {
-        const int r0 = (int)(tl / ntc) * 64, c0 = (int)(tl % ntc) * 64;
+    for (int tl = blockIdx.x; tl < ntiles; tl += gridDim.x) {
+        const int r0 = (tl / ntc) * 64, c0 = (tl % ntc) * 64;
         const int c = c0 + 4 * tx;
         u32 xb[4][4];
 #pragma unroll

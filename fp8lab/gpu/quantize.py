@@ -341,6 +341,9 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
     if x.size:
         ldx = x.strides[0] // 4 if R > 1 else C
         tiles = -(-C // 64) * -(-R // 64)
+        if tiles >= 2**31:
+            raise ValueError(f"x of shape {x.shape} has too many 64 x 64 tiles for one launch "
+                             f"({tiles} >= 2^31); cast it in row blocks")
         grid = tiles if CT_BLOCKS_PER_SM <= 0 else min(tiles, _sm_count() * CT_BLOCKS_PER_SM)
         k((grid,), (256,),
           (x, codes, tbuf if transpose else np.uint64(0), amax.view(cp.uint32), s, np.int32(R), np.int32(C),
