@@ -311,6 +311,10 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
         zero-initialized array.
     check : validate a device ``scale`` (finite, > 0) at the cost of one host round trip.
 
+    Under CUDA graph capture, pass float32 rows with a 4-byte-aligned stride, a device ``scale``
+    with ``check=False`` and an ``amax`` buffer: then the call allocates only its outputs and makes
+    no temporaries a replay would depend on (keep the returned arrays alive with the graph).
+
     Returns
     -------
     CastTranspose
