@@ -7,7 +7,7 @@
 reference of the dequantized operands, elementwise bound from K; fresh random inputs; outputs
 poisoned with NaN first. --bench: the issue's shapes; fp8lab vs torch._scaled_mm (cuBLASLt, e4m3
 per-tensor) and cuBLAS fp16 (torch.matmul), TFLOPS and ratios, error vs float64. --variants:
-the wgmma kernel's variants (VARIANTS: overlapped promotion, TMA-store epilogue) side by side. --accuracy: error vs
+the wgmma kernel's variants (VARIANTS: overlapped promotion, TMA-store epilogue, split-K) side by side. --accuracy: error vs
 float64 of fp8lab and cuBLASLt with and without fast accumulation on the same e4m3 operands.
 """
 
@@ -123,17 +123,20 @@ def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 1
     return bad
 
 
-def _timeit(cp, fn, reps=10):
+def _timeit(cp, fn, reps=10, calls=1):
+    """Median seconds per call of ``fn`` over ``reps`` timings (CUDA events) of ``calls`` calls
+    back to back, after warm-up calls."""
     for _ in range(2):
         fn()
     ts = []
     for _ in range(reps):
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         e0.record()
-        fn()
+        for _ in range(calls):
+            fn()
         e1.record()
         e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / calls)
     return float(np.median(ts))
 
 

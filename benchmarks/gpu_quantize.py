@@ -248,20 +248,9 @@ def bench_cast_transpose(log, shapes=((8192, 3456), (8192, 1024), (8192, 8192)),
             f"{t_b / t_ct[0]:5.2f}x; ct {R * C * 6 / t_ct[0] / 1e9:.0f} GB/s")
 
 
-def _time(cp, fn, reps=20, calls=10):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record()
-        for _ in range(calls):
-            fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / calls)
-    return float(np.median(ts))
-
+def _time(cp, fn):
+    from gpu_gemm import _timeit
+    return _timeit(cp, fn, reps=20, calls=10)
 
 if __name__ == "__main__":
     import fp8lab.gpu

@@ -170,22 +170,33 @@ def _k_major(x, es, cp, role="pad"):
     rows, K = x.shape
     if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es:
         return x
-    kp = -(-K * es // 16) * 16 // es
+    kp = _kmajor_stride(K * es) // es
     y = _workspace(role, rows, kp, x.dtype, cp)   # padding columns stay zero
     y[:, :K] = x
     return y[:, :K]
+
+
+def _kmajor_stride(k: int) -> int:
+    """A row of ``k`` bytes rounded up to a multiple of 16: the row stride of operands the wgmma
+    kernel reads through TMA (which needs 16-byte aligned row strides)."""
+    return -(-k // 16) * 16
+
+
+def _transpose_launch(K: int, N: int, ldb: int, ldt: int):
+    """Kernel, grid, block and scalar arguments of one ``transpose_u8`` launch: (K, N) codes with
+    row stride ``ldb`` -> (N, K) codes with row stride ``ldt`` (64 x 64 byte tiles)."""
+    k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
+    return k, (-(-N // 64), -(-K // 64)), (256,), (np.int32(K), np.int32(N), np.int32(ldb), np.int32(ldt))
 
 
 def _transpose(b, cp, launches):
     """(K, N) uint8 -> (N, K) uint8, K-major with a 16-byte row stride: a workspace written by
     the ``transpose_u8`` launch appended to ``launches`` (it reads the call's B)."""
     K, N = b.shape
-    kp = -(-K // 16) * 16
+    kp = _kmajor_stride(K)
     t = _workspace("bt", N, kp, cp.uint8, cp)   # padding columns stay zero
-    k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
-    dims = (np.int32(K), np.int32(N), np.int32(b.strides[0]), np.int32(kp))
-    launches.append((k, (-(-N // 64), -(-K // 64)), (256,),
-                     lambda a_, b_, out, sa, sb: (b_, t, dims[0], dims[1], dims[2], dims[3]), 0))
+    k, grid, block, dims = _transpose_launch(K, N, b.strides[0], kp)
+    launches.append((k, grid, block, lambda a_, b_, out, sa, sb: (b_, t) + dims, 0))
     return t[:, :K]
 
 
@@ -193,7 +204,7 @@ def _decode_f16(x, f, cp, role):
     """(rows, K) codes -> (rows, K) float16 view of a buffer whose row stride is K rounded up to 8
     elements (16 bytes; the padding is zero), decoded through the format's fp16 table."""
     rows, K = x.shape
-    kp = -(-K // 8) * 8
+    kp = _kmajor_stride(2 * K) // 2
     y = _workspace(role, rows, kp, cp.float16, cp)
     tab = _device_table(("dec", f.name, "float16"),
                         lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
@@ -213,7 +224,7 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
     ``launches``). The launch reads the call's own A and B, or this ``b`` when ``b_derived`` (a
     workspace made from the call's B, e.g. its transpose)."""
     (ra, K), rb = a.shape, b.shape[0]
-    kp = -(-K // 8) * 8
+    kp = _kmajor_stride(2 * K) // 2
     ya = _workspace("ha", ra, kp, cp.float16, cp)
     yb = _workspace("hb", rb, kp, cp.float16, cp)
     mk = lambda f: (lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
@@ -452,12 +463,11 @@ def transpose(x):
         raise TypeError(f"x must be a 2-D row-major uint8 CuPy array of codes, got {x.dtype} "
                         f"{x.shape}")
     R, C = x.shape
-    rp = -(-R // 16) * 16
+    rp = _kmajor_stride(R)
     out = cp.empty((C, rp), cp.uint8)
     if x.size:
-        k = _loader.kernel("gemm_wgmma.cu", "transpose_u8")
-        k((-(-C // 64), -(-R // 64)), (256,), (x, out, np.int32(R), np.int32(C), np.int32(x.strides[0]),
-                                             np.int32(rp)))
+        k, grid, block, dims = _transpose_launch(R, C, x.strides[0], rp)
+        k(grid, block, (x, out) + dims)
     return out[:, :R]
 
 

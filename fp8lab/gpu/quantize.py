@@ -324,6 +324,7 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
     import cupy as cp
 
     from .codecs import _as_cupy, _sm_count
+    from .gemm import _kmajor_stride
 
     f, sc, k, lut, special = _ct_plan(cp, fmt, rounding, saturate)
     x = _as_cupy(x)
@@ -340,7 +341,7 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
         raise TypeError("amax must be a (1,) float32 CuPy array (non-negative; updated in place)")
     R, C = x.shape
     codes = cp.empty((R, C), cp.uint8)
-    rp = -(-R // 16) * 16
+    rp = _kmajor_stride(R)   # the layout fp8lab.gpu.gemm.transpose returns
     tbuf = cp.empty((C, rp), cp.uint8) if transpose else None
     if x.size:
         ldx = x.strides[0] // 4 if R > 1 else C
