@@ -53,6 +53,8 @@ template <int MODE, bool SAT, int CVT>
 __device__ __forceinline__ u8 fp8_quantize_elem(u32 xb, float s, const FmtShared& t, const u8* lut,
                                                 u32 special) {
     const float xv = __uint_as_float(xb);
+    // NaN: encoded from x itself (GPU arithmetic returns a NaN without x's sign; the CPU's keeps it)
+    if ((xb & 0x7FFFFFFFu) > 0x7F800000u) return fp8_encode_f32_det<MODE, SAT>(xb, t);
     if (s < 0x1p-60f) {   // fp8lab._scaling_kernels._F32_PATH_MIN_SCALE
         const double q = (double)xv / (double)s;
         const u64 v = (u64)__double_as_longlong(q);

@@ -247,6 +247,9 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     else:
         s_el = S[:, cp.arange(R) // BR][:, :, cp.arange(C) // BC]
         q = x3.astype(cp.float64) / s_el
+    # a NaN quotient takes x's sign, as on the CPU (GPU arithmetic returns NaN without it)
+    nans = cp.asarray(np.array([0x7FF8000000000000, 0xFFF8000000000000], np.uint64)).view(cp.float64)
+    q = cp.where(cp.isnan(q), cp.where(cp.signbit(x3), nans[1], nans[0]), q)
     codes = encode(q.reshape(shape), f.name, rounding=mode, saturate=bool(saturate), seed=seed)
     return GPUQTensor(codes, cp.asarray(np.ascontiguousarray(s_host, np.float32)).reshape(sshape), f, sc,
                       src_dtype)
@@ -266,25 +269,26 @@ class CastTranspose:
     amax: object
 
 
-def _device_scale(cp, scale, check: bool):
+def _device_scale(cp, scale, check: bool, name: str = "scale", host=None):
     """A (1,) float32 CuPy array holding the per-tensor scale (validated unless ``check`` is
-    False for a device array, which would need a host round trip)."""
+    False for a device array, which would need a host round trip). ``host``: how a validated
+    host number becomes a device array (default a new one)."""
     if isinstance(scale, cp.ndarray):
         if scale.dtype != cp.float32 or scale.size != 1:
-            raise TypeError(f"scale as a CuPy array must be float32 with one element, got {scale.dtype} "
+            raise TypeError(f"{name} as a CuPy array must be float32 with one element, got {scale.dtype} "
                             f"of shape {scale.shape}")
         s = cp.ascontiguousarray(scale).reshape(1)
         if check and not bool(cp.isfinite(s[0]) & (s[0] > 0)):
-            raise ValueError(f"scale must be finite and > 0, got {float(s[0].get())}")
+            raise ValueError(f"{name} must be finite and > 0, got {float(s[0].get())}")
         return s
     try:
         v = np.float32(scale)
     except (TypeError, ValueError):
-        raise TypeError(f"scale must be a number or a one-element float32 CuPy array, got "
+        raise TypeError(f"{name} must be a number or a one-element float32 CuPy array, got "
                         f"{type(scale).__name__}") from None
     if np.ndim(scale) != 0 or not (np.isfinite(v) and v > 0):
-        raise ValueError(f"scale must be one finite float32 value > 0, got {scale!r}")
-    return cp.full(1, v, cp.float32)
+        raise ValueError(f"{name} must be one finite float32 value > 0, got {scale!r}")
+    return cp.full(1, v, cp.float32) if host is None else host(v)
 
 
 def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=True, amax=None,
