@@ -99,27 +99,31 @@ _INSTANCE_LISTS = {
 }
 
 
-def emit(file: str, fmt: str = "e4m3") -> str:
+def emit(file: str, fmt: str = "e4m3", part: str = "0/1") -> str:
     """A stand-alone translation unit of ``gpu/<file>`` for nvcc: the defines of ``fmt``, the
     source, and every template instance the library uses (their addresses taken, which makes
-    nvcc compile them exactly as NVRTC does at run time)."""
+    nvcc compile them exactly as NVRTC does at run time). ``part`` "i/n": only instances i, i + n,
+    ... (n units that together hold every instance, to compile in parallel)."""
     import importlib
 
     from ..formats import get_format
 
     entry = _INSTANCE_LISTS[file]
     modname, fn = entry if isinstance(entry, tuple) else (entry, "_instances")
-    insts = getattr(importlib.import_module(modname), fn)()
+    i, n = (int(v) for v in part.split("/"))
+    if not 0 <= i < n:
+        raise ValueError(f"part must be i/n with 0 <= i < n, got {part!r}")
+    insts = getattr(importlib.import_module(modname), fn)()[i::n]
     head = "".join(f"#define {n} {v}\n" for n, v in format_defines(get_format(fmt)))
     tail = "void* fp8lab_instances[] = {\n" + "".join(f"    (void*)&{i},\n" for i in insts) + "};\n"
     return head + source(file) + tail
 
 
-if __name__ == "__main__":  # python -m fp8lab.gpu._loader FILE [FORMAT]  -> stdout
+if __name__ == "__main__":  # python -m fp8lab.gpu._loader FILE [FORMAT [PART]]  -> stdout
     import sys
 
-    if len(sys.argv) not in (2, 3) or sys.argv[1] not in _INSTANCE_LISTS:
-        print(f"usage: python -m fp8lab.gpu._loader FILE [FORMAT]; FILE one of "
+    if len(sys.argv) not in (2, 3, 4) or sys.argv[1] not in _INSTANCE_LISTS:
+        print(f"usage: python -m fp8lab.gpu._loader FILE [FORMAT [i/n]]; FILE one of "
               f"{', '.join(_INSTANCE_LISTS)}", file=sys.stderr)
         sys.exit(2)
     sys.stdout.write(emit(*sys.argv[1:]))
