@@ -82,6 +82,23 @@ def _cupy_stream(cp, torch_stream):
     return cp.cuda.ExternalStream(torch_stream.cuda_stream)
 
 
+def capture_graph(cp, torch, fn, n=1):
+    """A CUDA graph of ``n`` calls of ``fn`` (torch's capture stream; CuPy launches on it)."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with _cupy_stream(cp, side):
+            fn()   # warm-up on the capture stream (plans, tensor maps, pool blocks)
+            side.synchronize()
+            with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
+                with _cupy_stream(cp, torch.cuda.current_stream()):
+                    for _ in range(n):
+                        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 def _need():
     try:
         import fp8lab.gpu as G
@@ -283,20 +300,7 @@ def main(argv=None) -> int:
         return ts[len(ts) // 2]
 
     def capture(fn, n=1):
-        """A CUDA graph of ``n`` calls of ``fn`` (torch's capture stream; CuPy launches on it)."""
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            with _cupy_stream(cp, side):
-                fn()   # warm-up on the capture stream (plans, tensor maps, pool blocks)
-                side.synchronize()
-                with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
-                    with _cupy_stream(cp, torch.cuda.current_stream()):
-                        for _ in range(n):
-                            fn()
-        torch.cuda.synchronize()
-        return graph
+        return capture_graph(cp, torch, fn, n)
 
     def timed(fns):
         """(eager step ms, graph step ms)."""

@@ -27,6 +27,24 @@
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
+//
+// Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0, OVL = 0): A is
+// given in high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K
+// rounded up to 16 bytes) and the scale sa[0] on the device. The producer warpgroup's 128
+// threads copy each K-tile of A from global memory into staging shared memory (cp.async, 16 bytes
+// per copy, QA_RAW passes of 16 KB in flight behind the staging buffer of C), read their own
+// chunks back, convert them to TA's codes (fp8q_pair: the codes of fp8lab.quantize at that scale,
+// nearest even, saturating per xspec/xcodes) and write them in the 128B-swizzled layout TMA would
+// have written; thread 0 still loads B by TMA. The full barrier counts the 4 writer warps plus the
+// TMA transaction; the writers fence their stores into the async proxy (wgmma's), then each
+// warp's lane 0 arrives. xamax (optional): running max of finite |x|, taken on the tiles of the
+// first column of output tiles (each element of A once).
+// Fused epilogue (any QA, G = 1, no split): C = relu(acc * scales + bias[col]) (bias optional,
+// float32; relu: x < 0 -> +0, NaN kept; the add rounds separately, never an fma); OUT = 3 / 4
+// stores E4M3 / E5M2 codes of C at scale os[0] (fp8q_pair, as the quantize-on-load); oamax
+// (optional): running max of finite |C| over the stored elements, before the 8-bit cast.
+#include "fp8_cvt.cuh"
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -36,6 +54,7 @@ typedef unsigned long long u64;
 #define WG_BN 128
 #define WG_BK 128
 #define WG_THREADS 384
+#define QA_RAW 4   // quantize-on-load: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
 #endif
@@ -101,6 +120,16 @@ __device__ __forceinline__ void wg_mma(float* d, u64 da, u64 db, int scale_d) {
     else WG_MMA("m64n128k32.f32.e5m2.e5m2", "");
 }
 
+// row, 16-byte chunk -> byte offset inside a 128 x 128 B tile in TMA's 128B-swizzled layout
+__device__ __forceinline__ u32 wg_swz(int row, int chunk) {
+    return (u32)(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ void wg_warp_max(u32* dst, u32 m) {
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0 && m != 0u) atomicMax(dst, m);
+}
+
 __device__ __forceinline__ u16 wg_out16(float x, int bf) {
     u16 h;
     if (bf) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
@@ -108,11 +137,16 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
     return h;
 }
 
-template <int TA, int TB, int SCALE, int OUT, int ST, int OVL>
+template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
         const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G, int cmap,
-        int splits, float* __restrict__ ws) {
+        int splits, float* __restrict__ ws,
+        const void* __restrict__ xa, long long ldx, u32 xspec, u32 xcodes, u32* __restrict__ xamax,
+        const float* __restrict__ bias, int relu, const float* __restrict__ os, u32 ospec,
+        u32 ocodes, u32* __restrict__ oamax) {
+    static_assert(QA == 0 || (SCALE == 0 && OVL == 0 && TA < 2 && TB < 2), "quantize-on-load: FP8, tensor scales");
+    static_assert(OUT < 3 || TA < 2, "8-bit outputs: FP8 operands");
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
     constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
@@ -146,7 +180,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
-            mbar_init(smem_u32(&full_bar[s]), 1);
+            mbar_init(smem_u32(&full_bar[s]), QA ? 5 : 1);   // QA: B's transaction + 4 converter warps
             mbar_init(smem_u32(&empty_bar[s]), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -157,6 +191,151 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // producer already loads the next tile while the consumers run the epilogue.
     if (wg == 0) {  // producer
         if (OVL) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if constexpr (QA != 0) {
+            constexpr int XES = QA == 3 ? 4 : 2;        // input bytes per element
+            constexpr int EPC = 16 / XES;               // elements per 16-byte chunk
+            constexpr int CPR = WG_BK / EPC;            // chunks per row of a K-tile (16 or 32)
+            constexpr int PASS = 8;                     // chunks per thread per pass (32 registers)
+            constexpr int NP = CPR / PASS;              // passes per K-tile
+            const int tp = threadIdx.x;
+            const u64 tb = reinterpret_cast<u64>(tmaps + 128);
+            if (tp == 0) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
+            const Fp8Q qp = fp8q_make(sa[0], xspec, xcodes);
+            const int qpath = fp8q_path(qp);
+            const u8* x8 = reinterpret_cast<const u8*>(xa);
+            u32 mx = 0;
+            int it = 0;   // K-tiles done (the stage ring's position)
+            // A pass: PASS chunks of one K-tile per thread. Chunk tp + 128 (PASS h + i) of a K-tile
+            // is row (that) / CPR, 16-byte column (that) % CPR: a warp reads whole rows.
+            struct QPos { int tile, kt, kend, h, m0, n0; bool ok, track; };
+            auto at_tile = [&](int tile) {
+                QPos p{};
+                p.ok = tile < ntiles;
+                if (!p.ok) return p;
+                int g, tm, tn, sp, kb0, nk;
+                tile_mn(tile, g, tm, tn, sp, kb0, nk);
+                p.tile = tile; p.kt = kb0; p.kend = kb0 + nk; p.h = 0;
+                p.m0 = tm * WG_BM; p.n0 = tn * WG_BN;
+                p.track = xamax != nullptr && tn == 0;   // each element of A once
+                return p;
+            };
+            auto advance = [&](QPos p) {
+                if (++p.h < NP) return p;
+                p.h = 0;
+                if (++p.kt < p.kend) return p;
+                return at_tile(p.tile + gridDim.x);
+            };
+            // A pass's PASS 16-byte chunks, copied by this thread from global memory into its own
+            // slots of staging buffer `slot` (cp.async, zero-filled outside A; no registers held
+            // while in flight). The host guarantees 16-byte aligned rows readable up to K rounded
+            // up to EPC.
+            const u32 raw = sbase + ST * STAGE_BYTES + 2 * 16384;
+            auto issue_pass = [&](const QPos& p, int slot) {
+                if (p.ok) {
+#pragma unroll
+                    for (int i = 0; i < PASS; i++) {
+                        const int c = tp + 128 * (p.h * PASS + i), row = c / CPR, col = c % CPR;
+                        const int gr = p.m0 + row, gk = p.kt * WG_BK + col * EPC;
+                        const bool in = gr < M && gk < K;
+                        const u8* src = in ? x8 + ((size_t)gr * ldx + gk) * XES : x8;
+                        const u32 dst = raw + slot * (PASS * 2048) + (i * 128 + tp) * 16;
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                                     :: "r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+                    }
+                }
+                asm volatile("cp.async.commit_group;" ::: "memory");   // empty past the end: counts stay aligned
+            };
+            // convert and store PASS chunks by one quotient path (each path's copy is unrolled:
+            // only the one in use runs through the instruction cache)
+            auto convert = [&](const QPos& p, const uint4 (&v)[PASS], u32 dA, auto path) {
+                constexpr int PATH = decltype(path)::value;
+#pragma unroll
+                for (int i = 0; i < PASS; i++) {
+                    const int c = tp + 128 * (p.h * PASS + i), row = c / CPR, col = c % CPR;
+                    const u32 w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+                    float f[8];
+#pragma unroll
+                    for (int e = 0; e < EPC; e++) {
+                        if (QA == 3) f[e] = __uint_as_float(w[e]);
+                        else if (QA == 1) f[e] = __uint_as_float(e & 1 ? w[e >> 1] & 0xFFFF0000u : w[e >> 1] << 16);
+                        else {
+                            const u16 hb = (u16)(w[e >> 1] >> (16 * (e & 1)));
+                            asm("cvt.f32.f16 %0, %1;" : "=f"(f[e]) : "h"(hb));
+                        }
+                    }
+                    // the chunk that straddles K: what lies past K in the row is not A's
+                    const int kv = K - (p.kt * WG_BK + col * EPC);
+                    if (kv < EPC) {
+#pragma unroll
+                        for (int e = 0; e < EPC; e++) if (e >= kv) f[e] = 0.0f;
+                    }
+                    if (p.track) {
+#pragma unroll
+                        for (int e = 0; e < EPC; e++) mx = max(mx, fp8q_mag(f[e]));
+                    }
+                    u32 q[2];
+#pragma unroll
+                    for (int e = 0; e < EPC / 4; e++)
+                        q[e] = fp8q_pair<TA + 1, PATH>(f[4 * e], f[4 * e + 1], qp) |
+                               (fp8q_pair<TA + 1, PATH>(f[4 * e + 2], f[4 * e + 3], qp) << 16);
+                    if (EPC == 8) {
+                        const u32 addr = dA + wg_swz(row, col >> 1) + (col & 1) * 8;
+                        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" :: "r"(addr), "r"(q[0]), "r"(q[1]) : "memory");
+                    } else {
+                        const u32 addr = dA + wg_swz(row, col >> 2) + (col & 3) * 4;
+                        asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(q[0]) : "memory");
+                    }
+                }
+            };
+            // one pass whose loads were issued earlier: its K-tile's first pass waits for the stage
+            // (and thread 0 starts B's TMA), its last makes the codes visible and arrives
+            auto process = [&](const QPos& p, int slot) {
+                uint4 v[PASS];
+#pragma unroll
+                for (int i = 0; i < PASS; i++) {
+                    const u32 a = raw + slot * (PASS * 2048) + (i * 128 + tp) * 16;
+                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(v[i].x), "=r"(v[i].y), "=r"(v[i].z), "=r"(v[i].w) : "r"(a) : "memory");
+                }
+                const int s = it % ST;
+                const u32 fb = smem_u32(&full_bar[s]);
+                const u32 dA = sbase + s * STAGE_BYTES;
+                if (p.h == 0) {
+                    if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
+                    if (tp == 0) {
+                        mbar_expect_tx(fb, TILE_BYTES);
+                        tma_load_2d(dA + TILE_BYTES, tb, p.kt * WG_BK, p.n0, fb);
+                    }
+                }
+                if (qpath == FP8Q_MUL) convert(p, v, dA, Fp8qPath<FP8Q_MUL>());
+                else if (qpath == FP8Q_DIV) convert(p, v, dA, Fp8qPath<FP8Q_DIV>());
+                else convert(p, v, dA, Fp8qPath<FP8Q_F64>());
+                if (p.h == NP - 1) {
+                    // each thread's codes into wgmma's (async) proxy, then one arrival per warp
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    __syncwarp();
+                    if ((tp & 31) == 0) mbar_arrive(fb);
+                    it++;
+                }
+            };
+            // QA_RAW passes in flight: pass n + QA_RAW - 1 is issued before pass n is converted
+            // (into the slot pass n - 1 used: this thread's own chunks, already read back)
+            QPos pi = at_tile(blockIdx.x), pp = pi;
+            for (int d = 0; d < QA_RAW - 1; d++) {
+                issue_pass(pi, d);
+                if (pi.ok) pi = advance(pi);
+            }
+            for (int n = 0; pp.ok; n++) {
+                issue_pass(pi, (n + QA_RAW - 1) % QA_RAW);
+                if (pi.ok) pi = advance(pi);
+                asm volatile("cp.async.wait_group %0;" :: "n"(QA_RAW - 1) : "memory");   // pass n landed
+                process(pp, n % QA_RAW);
+                pp = advance(pp);
+            }
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            if (xamax != nullptr) wg_warp_max(xamax, mx);
+            return;
+        }
         if (threadIdx.x == 0) {
             const u64 ta = reinterpret_cast<u64>(tmaps), tb = reinterpret_cast<u64>(tmaps + 128);
             asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(ta) : "memory");
@@ -190,12 +369,26 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     if (OVL) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
     float acc[64], part[64], part2[64];
-    const bool use_cmap = OUT != 0 && cmap;
+    const bool use_cmap = (OUT == 1 || OUT == 2) && cmap;
     const u64 tc = reinterpret_cast<u64>(tmaps + 256);
     const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 16384;   // this consumer's staging buffer
     if (use_cmap && t == 0)
         asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tc) : "memory");
     const bool pair_ok = (ldc & 1) == 0;
+    const Fp8Q oq = fp8q_make(OUT >= 3 ? os[0] : 1.f, ospec, ocodes);
+    u32 omax = 0;
+    // bias, ReLU and the running maximum of one output pair (row r, columns c, c + 1)
+    auto finish = [&](float& v0, float& v1, int r, int c) {
+        if (bias != nullptr) {
+            if (c < N) v0 = __fadd_rn(v0, bias[c]);
+            if (c + 1 < N) v1 = __fadd_rn(v1, bias[c + 1]);
+        }
+        if (relu) { v0 = v0 < 0.f ? 0.f : v0; v1 = v1 < 0.f ? 0.f : v1; }
+        if (oamax != nullptr && r < M) {
+            if (c < N) omax = max(omax, fp8q_mag(v0));
+            if (c + 1 < N) omax = max(omax, fp8q_mag(v1));
+        }
+    };
     int it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int g, tm, tn, sp, kb0, nk;
@@ -327,6 +520,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
                     if (SCALE == 0) { v0 *= st; v1 *= st; }
                     else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
+                    finish(v0, v1, m0 + cw * 64 + row, c);
                     const u32 w = (u32)wg_out16(v0, OUT == 1) | ((u32)wg_out16(v1, OUT == 1) << 16);
                     // box j / 8, 16-byte chunk j % 8 of the 128-byte row, swizzled by row % 8
                     const u32 addr = stage_c + (j >> 3) * 8192 + row * 128 + (((j & 7) ^ (row & 7)) << 4)
@@ -357,8 +551,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
                 if (SCALE == 0) { v0 *= st; v1 *= st; }
                 else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
+                finish(v0, v1, r, c);
                 const size_t o = (crow + r) * ldc + c;
-                if (OUT == 0) {
+                if (OUT >= 3) {
+                    u8* p = reinterpret_cast<u8*>(C) + o;
+                    const u32 w = fp8q_pair<OUT - 2>(v0, v1, oq);
+                    if (two && pair_ok) *reinterpret_cast<u16*>(p) = (u16)w;
+                    else { p[0] = (u8)w; if (two) p[1] = (u8)(w >> 8); }
+                } else if (OUT == 0) {
                     float* p = reinterpret_cast<float*>(C) + o;
                     if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
                     else { p[0] = v0; if (two) p[1] = v1; }
@@ -372,6 +572,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
     }
     if (use_cmap && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if (oamax != nullptr) wg_warp_max(oamax, omax);
 }
 
 // C = (sum over s of ws[s]) with gemm_wgmma's epilogue scaling and conversion: the splits' fp32
@@ -494,5 +695,18 @@ __global__ void __launch_bounds__(256) decode_f16_pair(const u8* __restrict__ sr
             const size_t v = w - na;
             decode8_f16<true>(srcB, dB, (int)(v / cpr), (int)(v % cpr) * 8, K, ldb, ldd, vb, t + 256);
         }
+    }
+}
+
+// fp8q_pair over an array (x: 2n float32 -> out: 2n codes) at the scale *s: the conversion of the
+// quantize-on-load and of the 8-bit epilogue, checked on its own against the CPU's quantize
+// (benchmarks/gpu_gemm.py --fused-check). F: 1 E4M3, 2 E5M2.
+template <int F>
+__global__ void __launch_bounds__(256) fp8q_check(const float2* __restrict__ x, u16* __restrict__ out, long long n,
+                                                  const float* __restrict__ s, u32 special, u32 codes) {
+    const Fp8Q p = fp8q_make(*s, special, codes);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const float2 v = x[i];
+        out[i] = (u16)fp8q_pair<F>(v.x, v.y, p);
     }
 }

@@ -27,3 +27,15 @@ def test_no_split_for_many_tiles_short_k_or_groups(sms, tiles, ktiles, G):
 def test_split_k_can_be_switched_off(sms, monkeypatch):
     monkeypatch.setattr(GM, "SPLIT_K", False)
     assert GM._splits(1, 64, 1) == 1
+
+
+def test_every_fused_instance_is_compiled_by_the_nvcc_check():
+    # the CI nvcc build compiles _wg_instances(); gemm_fused must not launch anything else
+    listed = set(GM._wg_instances())
+    for ta in (0, 1):
+        for tb in (0, 1):
+            for qa in range(4):
+                for out in GM.FUSED_OUT:
+                    assert GM._fused_instance(ta, tb, out, qa) in listed
+    # codes as A use gemm's own instance (overlapped promotion) for 16-bit and float32 outputs
+    assert GM._fused_instance(0, 0, "bfloat16", 0) == GM._wg_instance(0, 0, "tensor", "bfloat16", True)

@@ -27,9 +27,12 @@ from . import _loader
 from ._cache import BoundedCache
 from .codecs import _as_cupy, _device_table, _sm_count
 
-__all__ = ["gemm", "gemm_grouped", "transpose", "SCALINGS", "LAYOUTS", "OUT_DTYPES", "KERNELS", "last_kernel"]
+__all__ = ["gemm", "gemm_grouped", "gemm_fused", "transpose", "SCALINGS", "LAYOUTS", "OUT_DTYPES",
+           "FUSED_OUT", "KERNELS", "last_kernel"]
 
 SCALINGS = ("tensor", "row_col", "block")
+#: output types of :func:`gemm_fused`: OUT_DTYPES, then 8-bit codes (``OUT`` 3 and 4 in the kernel)
+FUSED_OUT = ("float32", "bfloat16", "float16", "e4m3", "e5m2")
 LAYOUTS = ("nt", "nn")
 OUT_DTYPES = ("float32", "bfloat16", "float16")
 BLOCK = 128
@@ -63,10 +66,20 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = No
             f"{_STAGES[2 if ta == 2 else 1]}, {int(ovl)}>")
 
 
+def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
+    """gemm_wgmma instance of a :func:`gemm_fused` call: ``qa`` 0 (A as codes, overlapped
+    promotion) or the quantize-on-load input (1 bfloat16, 2 float16, 3 float32; no overlap: the
+    producer warpgroup keeps its registers for the conversion)."""
+    head = f"gemm_wgmma<{ta}, {tb}, 0, {FUSED_OUT.index(out)}, {_QA_STAGES if qa else _STAGES[1]}, {int(qa == 0)}"
+    return head + (f", {qa}>" if qa else ">")   # qa = 0: gemm's own instance (default QA)
+
+
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
+    fused = [_fused_instance(ta, tb, o, qa) for ta, tb in pairs[:4] for qa in range(4) for o in FUSED_OUT
+             if qa or o not in OUT_DTYPES]
     return [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
-            for v in (False, True)] + ["transpose_u8", "decode_f16_rows", "decode_f16_pair"] + \
+            for v in (False, True)] + fused + ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1>", "fp8q_check<2>"] + \
         [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS)) for j in range(len(OUT_DTYPES))]
 
 
@@ -241,6 +254,13 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
     return ya[:, :K], yb[:, :K]
 
 
+_NULL = np.uint64(0)
+# gemm_wgmma's quantize-on-load and epilogue arguments when neither is used: xa, ldx, xspec,
+# xcodes, xamax, bias, relu, os, ospec, ocodes, oamax
+_NO_FUSION = (_NULL, np.int64(0), np.uint32(0), np.uint32(0), _NULL, _NULL, np.int32(0), _NULL,
+              np.uint32(0), np.uint32(0), _NULL)
+
+
 def _wgmma_ok() -> bool:
     import cupy as cp
     return cp.cuda.Device().compute_capability == "90"
@@ -285,7 +305,8 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else out
     launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
-                                                sb, dims[4], dims[5], dims[6], dims[7], ws), smem))
+                                                sb, dims[4], dims[5], dims[6], dims[7], ws) + _NO_FUSION,
+                     smem))
     if splits > 1:
         r = _loader.kernel("gemm_wgmma.cu", f"splitk_reduce<{SCALINGS.index(scaling)}, "
                                             f"{OUT_DTYPES.index(out_dtype)}>")
@@ -532,4 +553,281 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     a2 = cp.ascontiguousarray(a).reshape(G * M, K)
     b2 = cp.ascontiguousarray(b).reshape(G * N, K)
     last_kernel = _wgmma_call(a2, b2, fa, fb, sa, sb, scaling, "nt", out_dtype, out, kb, cp, G)
+    return out
+
+
+# --- fused quantize-on-load and epilogue ----------------------------------------------------------
+
+_QA = {"float32": 3, "float16": 2, "bfloat16": 1}   # gemm_wgmma's QA per high-precision input
+# quantize-on-load: stage-ring depth and the staging of A (QA_RAW passes of 16 KB in gemm_wgmma.cu)
+# that share the shared memory with it and with C's staging
+_QA_STAGES = 4
+_QA_RAW_BYTES = 4 * 16384
+
+
+def _cvt_params(f, sat: bool):
+    """(special, packed codes) of fp8_cvt.cuh's conversion to format ``f`` (e4m3 / e5m2)."""
+    from .. import _kernels as K
+    from ..codecs import _encoder_params
+    from .codecs import cvt_special
+    key = ("cvt_params", f.name, sat)
+    p = _scalars.get(key)
+    if p is None:
+        codes = _encoder_params(f)[-1]
+        c = [int(codes[getattr(K, f"C_{n}")]) for n in ("NAN_POS", "NAN_NEG", "OVF_POS", "OVF_NEG")]
+        p = _scalars.put(key, (np.uint32(cvt_special(f, sat)),
+                               np.uint32(c[0] | c[1] << 8 | c[2] << 16 | c[3] << 24)))
+    return p
+
+
+def _amax_buffer(x, name, cp):
+    if x is None:
+        return None
+    if not (isinstance(x, cp.ndarray) and x.dtype == cp.float32 and x.shape == (1,) and x.flags.c_contiguous):
+        raise TypeError(f"{name} must be a (1,) float32 CuPy array (non-negative; updated in place)")
+    return x
+
+
+def _fused_scale(s, name, check, cp):
+    """A (1,) float32 device scale: host numbers checked and kept as cached device scalars; device
+    arrays checked unless ``check`` is False (a host round trip)."""
+    from .quantize import _device_scale
+    return _device_scale(cp, s, check, name, host=lambda v: _scale(v, (1,), name))
+
+
+def _to_bf16_bits(y, cp):
+    """float32 -> bfloat16 bit patterns (uint16), nearest even; NaN -> 0x7FFF with its sign."""
+    k = cp.ElementwiseKernel(
+        "uint32 u", "uint16 h",
+        "h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)((u >> 16) | 0x7FFFu)"
+        " : (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)", "fp8lab_f32_to_bf16")
+    return k(y.view(cp.uint32))
+
+
+def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, relu=False,
+               out_dtype="bfloat16", out_scale=None, saturate=None, out_saturate=None, amax_a=None,
+               amax_out=None, bfloat16=False, out=None, check=True, kernel="auto"):
+    """One layer's GEMM with its casts fused: ``C = act(decode(quantize(A)) sa @ (decode(B) sb)^T + bias)``.
+
+    The cast of a high-precision A into 8 bits happens inside the GEMM (quantize-on-load: the
+    kernel's producer warpgroup converts each tile as it brings it into shared memory), and the
+    bias, ReLU, the cast of the output to 8 bits and the maximum for the next layer's scale happen
+    in its epilogue: no separate pass over A or C.
+
+    Parameters
+    ----------
+    a : (M, K) CuPy array: float32, float16, bfloat16 bits (uint16 with ``bfloat16=True``),
+        quantized on load at ``scale_a`` into ``fmt_a``; or uint8 codes of ``fmt_a`` (no cast).
+        Rows may be strided (unit stride along K).
+    b : (N, K) uint8 codes of ``fmt_b`` (default ``fmt_a``), K-major (the NT layout of :func:`gemm`).
+    fmt_a, fmt_b : "e4m3" or "e5m2".
+    scale_a, scale_b : per-tensor scales, numbers or one-element float32 CuPy arrays (read on the
+        device: with delayed scaling the scale never visits the host). ``a ~= decode(codes) * scale_a``.
+    bias : optional (N,) float32 CuPy array added to every row (after the scales; its own rounding).
+    relu : apply ``x < 0 ? +0 : x`` (NaN and -0 pass) after the bias.
+    out_dtype : "bfloat16" (uint16 bit patterns), "float16", "float32", or "e4m3" / "e5m2": the
+        codes of C at ``out_scale`` (required then), ``out_saturate`` as :func:`fp8lab.quantize`'s
+        ``saturate`` (default per format).
+    saturate : saturation of the quantize-on-load (default as :func:`fp8lab.quantize`). Rounding is
+        nearest even (for other modes quantize first, for example with
+        :func:`fp8lab.gpu.quantize.cast_transpose`, and pass the codes).
+    amax_a, amax_out : optional (1,) float32 CuPy arrays, updated in place to the maximum of
+        themselves and the maximum finite ``|A|`` (high-precision A only) / ``|C|`` (before an
+        8-bit cast): the delayed-scaling history of this layer's input and of the next layer's.
+    check : validate device scales (finite, > 0) at the cost of a host round trip; pass False
+        under CUDA graph capture.
+    kernel : "auto" (the fused wgmma kernel on sm_90, else the composition below), "fused" or
+        "composed".
+
+    Returns
+    -------
+    (M, N) CuPy array (``out`` if given).
+
+    Guarantees: the codes A is multiplied with are those of
+    ``fp8lab.quantize(A, fmt_a, scales=scale_a, rounding="nearest_even", saturate=saturate)``, and
+    C is what :func:`gemm` of those codes gives in float32, plus ``bias`` in float32, ReLU, then
+    rounded once to ``out_dtype`` (8-bit outputs: ``fp8lab.quantize(C, out_dtype, scales=out_scale)``).
+    The composed route (``kernel="composed"``: :func:`fp8lab.gpu.quantize.cast_transpose`,
+    :func:`gemm`, CuPy element-wise operations) computes exactly that and is what other GPUs run;
+    the fused kernel equals it bit for bit where :func:`gemm` does not split K (checked by
+    ``benchmarks/gpu_fused.py --check`` and ``tests/test_gpu_fused.py``). The fused kernel never
+    splits K. Speed: ``docs/gpu.md`` (with a power-of-two ``scale_a`` the cast is one multiply per
+    element).
+    """
+    import cupy as cp
+
+    from .quantize import _resolve_cast_args
+
+    global last_kernel
+    fa = get_format(fmt_a)
+    fb = get_format(fmt_b if fmt_b is not None else fmt_a)
+    for name, f in (("fmt_a", fa), ("fmt_b", fb)):
+        if f.name not in _FP8_HW:
+            raise ValueError(f"gemm_fused multiplies e4m3 / e5m2 codes on FP8 tensor cores; {name} is "
+                             f"{f.name!r} (use gemm for other formats)")
+    if out_dtype not in FUSED_OUT:
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(FUSED_OUT)}")
+    if kernel not in ("auto", "fused", "composed"):
+        raise ValueError(f"unknown kernel {kernel!r}; known: auto, fused, composed")
+    a, b = _as_cupy(a), _as_cupy(b)
+    if bfloat16:
+        if a.dtype != cp.uint16:
+            raise TypeError(f"bfloat16=True needs a as uint16 bit patterns, got {a.dtype}")
+        kind = "bfloat16"
+    elif a.dtype == cp.uint8:
+        kind = "codes"
+    elif a.dtype in (cp.float32, cp.float16):
+        kind = a.dtype.name
+    else:
+        raise TypeError(f"a must be float32, float16, bfloat16 bits (uint16, bfloat16=True) or uint8 "
+                        f"codes, got {a.dtype}")
+    if a.ndim != 2 or (a.size and (a.strides[1] != a.itemsize or a.strides[0] < 0)):
+        raise ValueError(f"a must be 2-D with unit stride along K and rows in order, got shape {a.shape}, "
+                         f"strides {a.strides}")
+    if b.dtype != cp.uint8 or b.ndim != 2 or (b.size and b.strides[1] != 1):
+        raise TypeError(f"b must be a 2-D row-major (N, K) uint8 CuPy array of codes, got {b.dtype} "
+                        f"{b.shape}")
+    M, K = a.shape
+    N = b.shape[0]
+    if b.shape[1] != K:
+        raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} (b must be (N, K))")
+    sat_a = _resolve_cast_args(fa, "nearest_even", saturate)[4] if kind != "codes" else False
+    sa = _fused_scale(scale_a, "scale_a", check, cp)
+    sb = _fused_scale(scale_b, "scale_b", check, cp)
+    fo = so = None
+    if out_dtype in ("e4m3", "e5m2"):
+        if out_scale is None:
+            raise ValueError(f"out_dtype={out_dtype!r} needs out_scale (C ~= decode(codes) * out_scale)")
+        fo = get_format(out_dtype)
+        sat_o = _resolve_cast_args(fo, "nearest_even", out_saturate)[4]
+        so = _fused_scale(out_scale, "out_scale", check, cp)
+    elif out_scale is not None or out_saturate is not None:
+        raise ValueError(f"out_scale and out_saturate apply to 8-bit outputs, not {out_dtype!r}")
+    if bias is not None:
+        bias = _as_cupy(bias)
+        if bias.dtype != cp.float32 or bias.shape != (N,):
+            raise TypeError(f"bias must be a ({N},) float32 CuPy array, got {bias.dtype} {bias.shape}")
+        bias = cp.ascontiguousarray(bias)
+    amax_a = _amax_buffer(amax_a, "amax_a", cp)
+    amax_out = _amax_buffer(amax_out, "amax_out", cp)
+    if amax_a is not None and kind == "codes":
+        raise ValueError("amax_a is measured while quantizing A; a is already codes")
+    if fo is None:
+        out = _output(out, (M, N), out_dtype, cp)
+    elif out is None:
+        out = cp.empty((M, N), cp.uint8)
+    elif out.shape != (M, N) or out.dtype != cp.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out for out_dtype={out_dtype!r} must be a C-contiguous ({M}, {N}) uint8 array")
+    if out.size == 0:
+        last_kernel = None
+        return out
+    fused = kernel == "fused" or (kernel == "auto" and _wgmma_ok())
+    if not fused or K == 0:
+        last_kernel = "composed"
+        return _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
+                               sat_a, sat_o if fo else None, amax_a, amax_out, out, cp)
+    key = ("fused", cp.cuda.Device().id, a.data.ptr, a.shape, a.strides, kind, b.data.ptr, b.shape,
+           b.strides, fa.name, fb.name, sa.data.ptr, sb.data.ptr, sat_a,
+           None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
+           None if so is None else (so.data.ptr, sat_o),
+           None if amax_a is None else amax_a.data.ptr, None if amax_out is None else amax_out.data.ptr,
+           TMA_STORE)
+    launches = _plans.get(key)
+    if launches is None:
+        launches, replay = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
+                                           sat_a, sat_o if fo else None, amax_a, amax_out, out, cp)
+        if replay:
+            _plans.put(key, launches)
+    _run(launches, a, b, out, sa, sb)
+    last_kernel = "wgmma-fused"
+    return out
+
+
+def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,
+                    amax_a, amax_out, out, cp):
+    """The launch list of one fused call, and whether it can be replayed: not when A (or B) had to
+    be copied here into a padded buffer (TMA and the quantize-on-load's 16-byte copies need
+    aligned rows); such a call rebuilds its launches, and its copy, every time."""
+    M, K = a.shape
+    N = b.shape[0]
+    ta, tb = _FP8_HW[fa.name], _FP8_HW[fb.name]
+    b2 = _k_major(b, 1, cp, "pb")
+    qa = 0 if kind == "codes" else _QA[kind]
+    if qa == 0:
+        a2 = _k_major(a, 1, cp, "pa")
+        xa = None
+    else:   # quantize-on-load: A's tensor map is not used (b2's stands in); A read as is, or a copy
+        a2 = b2
+        xa = _readable_rows(a, cp)
+    cmap = (TMA_STORE and out_dtype in ("bfloat16", "float16") and out.data.ptr % 16 == 0
+            and (N * 2) % 16 == 0)
+    maps = _tmaps(a2, b2, 1, (out, M, N, 1) if cmap else None)
+    k = _loader.kernel("gemm_wgmma.cu", _fused_instance(ta, tb, out_dtype, qa))
+    if qa:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
+        smem = _QA_STAGES * 2 * 128 * 128 + 1024 + 2 * 16384 + _QA_RAW_BYTES
+    else:
+        smem = _STAGES[1] * 2 * 128 * 128 + 1024 + (2 * 16384 if cmap else 0)
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
+    xspec, xcodes = _cvt_params(fa, sat_a) if qa else (np.uint32(0), np.uint32(0))
+    ospec, ocodes = _cvt_params(fo, sat_o) if fo is not None else (np.uint32(0), np.uint32(0))
+    x = a if xa is None else xa
+    ldx = x.strides[0] // x.itemsize if M > 1 else K
+    ptr = lambda x: _NULL if x is None else x
+    bits = lambda m: _NULL if m is None else m.view(cp.uint32)
+    tail = (np.int64(ldx), xspec, xcodes, bits(amax_a), ptr(bias), np.int32(bool(relu)), ptr(so), ospec,
+            ocodes, bits(amax_out))
+    dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(-(-K // BLOCK)), np.int32(1),
+            np.int32(cmap), np.int32(1))
+    tiles = (-(-M // 128)) * (-(-N // 128))
+    launch = (k, (min(tiles, _sm_count()),), (384,),
+              lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
+              (out_, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
+    return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
+
+
+def _readable_rows(x, cp):
+    """``x`` (rows, K) itself when the quantize-on-load can read it with 16-byte loads (aligned
+    base and row stride, each row readable up to K rounded up to 16 bytes inside its allocation),
+    else a copy in a zero-padded workspace that can."""
+    rows, K = x.shape
+    es = x.itemsize
+    kp = _kmajor_stride(K * es)
+    end = x.data.ptr - x.data.mem.ptr + (rows - 1) * x.strides[0] + kp
+    if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= kp and end <= x.data.mem.size:
+        return x
+    if rows == 1 and x.data.ptr % 16 == 0 and end <= x.data.mem.size:
+        return x
+    y = _workspace("qa", rows, kp // es, x.dtype, cp)   # padding columns stay zero
+    y[:, :K] = x
+    return y[:, :K]
+
+
+def _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,
+                    amax_a, amax_out, out, cp):
+    """:func:`gemm_fused` as separate steps (the definition the fused kernel is checked against)."""
+    from .quantize import cast_transpose
+    if kind == "codes":
+        codes = a
+    else:
+        x32 = ((a.astype(cp.uint32) << 16).view(cp.float32) if kind == "bfloat16"
+               else a.astype(cp.float32, copy=False))
+        codes = cast_transpose(x32, fa, sa, rounding="nearest_even", saturate=sat_a, transpose=False,
+                               amax=amax_a, check=False).q.codes
+    y = gemm(codes, b, fa.name, fb.name, scale_a=sa, scale_b=sb, out_dtype="float32")
+    if bias is not None:
+        y += bias[None, :]
+    if relu:
+        y = cp.where(y < 0, cp.float32(0), y)
+    if fo is not None:
+        out[...] = cast_transpose(y, fo, so, rounding="nearest_even", saturate=sat_o, transpose=False,
+                                  amax=amax_out, check=False).q.codes
+        return out
+    if amax_out is not None and y.size:
+        m = cp.max(cp.where(cp.isfinite(y), cp.abs(y), cp.float32(0)))
+        cp.maximum(amax_out, m, out=amax_out)
+    if out_dtype == "bfloat16":
+        out[...] = _to_bf16_bits(y, cp)
+    else:
+        out[...] = y.astype(out.dtype)
     return out

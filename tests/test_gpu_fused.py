@@ -1,0 +1,72 @@
+"""gemm_fused (quantize-on-load and fused epilogue) on the GPU (skipped without a GPU)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fp8lab.gpu
+
+OK, WHY = fp8lab.gpu.available()
+pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def test_conversion_matches_cpu_quantize():
+    import gpu_fused
+    assert gpu_fused.check_convert(print, n_random=1 << 16) == 0
+
+
+def test_fused_kernel_equals_its_composition():
+    import gpu_fused
+    assert gpu_fused.check_gemm(print, shapes=((129, 257, 130), (1, 1, 1), (200, 136, 72))) == 0
+
+
+def test_fused_rejects_bad_input():
+    import cupy as cp
+    from fp8lab.gpu.gemm import gemm_fused
+    x = cp.ones((4, 32), cp.float32)
+    w = cp.zeros((8, 32), cp.uint8)
+    with pytest.raises(ValueError, match="e4m3 / e5m2"):
+        gemm_fused(x, w, "hif8")
+    with pytest.raises(TypeError, match="bfloat16=True"):
+        gemm_fused(x, w, "e4m3", bfloat16=True)
+    with pytest.raises(TypeError, match="a must be"):
+        gemm_fused(x.astype(cp.float64), w, "e4m3")
+    with pytest.raises(ValueError, match="inner dimensions"):
+        gemm_fused(x, w[:, :16], "e4m3")
+    with pytest.raises(ValueError, match="out_scale"):
+        gemm_fused(x, w, "e4m3", out_dtype="e4m3")
+    with pytest.raises(ValueError, match="8-bit outputs"):
+        gemm_fused(x, w, "e4m3", out_scale=1.0)
+    with pytest.raises(ValueError, match="unknown out_dtype"):
+        gemm_fused(x, w, "e4m3", out_dtype="int8")
+    with pytest.raises(TypeError, match="bias"):
+        gemm_fused(x, w, "e4m3", bias=cp.zeros(7, cp.float32))
+    for bad in (0.0, -2.0, float("nan")):
+        with pytest.raises(ValueError, match="finite"):
+            gemm_fused(x, w, "e4m3", scale_a=bad)
+    with pytest.raises(ValueError, match="finite and > 0"):
+        gemm_fused(x, w, "e4m3", scale_a=cp.zeros(1, cp.float32))
+    with pytest.raises(TypeError, match="amax_out"):
+        gemm_fused(x, w, "e4m3", amax_out=cp.zeros(2, cp.float32))
+    with pytest.raises(ValueError, match="amax_a"):
+        gemm_fused(w[:4], w, "e4m3", amax_a=cp.zeros(1, cp.float32))
+    with pytest.raises(ValueError, match="saturate"):
+        gemm_fused(x, w, "e4m3", saturate="yes")
+
+
+def test_fused_small_example_by_hand():
+    # 2 x 2 with K = 1: C = relu(q(A) * sa * decode(B) * sb + bias), A's codes at sa = 0.5
+    import cupy as cp
+    import fp8lab
+    from fp8lab.gpu.gemm import gemm_fused
+    a = cp.asarray(np.float32([[1.0], [-3.0]]))
+    b = cp.asarray(fp8lab.encode(np.float32([[2.0], [0.5]]), "e4m3"))
+    bias = cp.asarray(np.float32([1.0, 10.0]))
+    amax_out = cp.zeros(1, cp.float32)
+    c = gemm_fused(a, b, "e4m3", scale_a=0.5, bias=bias, relu=True, out_dtype="float32", amax_out=amax_out)
+    # row 0: 1 * 2 + 1 = 3, 1 * 0.5 + 10 = 10.5; row 1: -6 + 1 -> 0, -1.5 + 10 = 8.5
+    assert c.get().tolist() == [[3.0, 10.5], [0.0, 8.5]]
+    assert float(amax_out.get()[0]) == 10.5
