@@ -47,13 +47,21 @@ __device__ __forceinline__ int fp8q_path(const Fp8Q& p) {
     return p.inv != 0.0f ? FP8Q_MUL : (p.s < 0x1p-60f ? FP8Q_F64 : FP8Q_DIV);
 }
 
-// s >= 2^-60 (fp8lab._scaling_kernels._F32_PATH_MIN_SCALE): division, exact remainder
-__device__ __forceinline__ unsigned int fp8q_odd_div(float x, float s) {
+// s >= 2^-60 (fp8lab._scaling_kernels._F32_PATH_MIN_SCALE): the float32 truncation of x / s
+// (bits) and whether x / s is inexact, from the IEEE quotient and its exact remainder. Shared with
+// fp8_quantize_elem (quantize.cu), whose table path needs both parts.
+__device__ __forceinline__ unsigned int fp8q_trunc_div(float x, float s, bool& inexact) {
     const float q = __fdiv_rn(x, s);
     const float r = __fmaf_rn(q, s, -x);
     const bool rp = r > 0.0f, rn = r < 0.0f;   // both false for r = 0 or NaN (x = +-Inf)
-    const unsigned int b = __float_as_uint(q) - (unsigned int)((rp && q > 0.0f) || (rn && q < 0.0f));
-    return b | (unsigned int)(rp || rn);
+    inexact = rp || rn;
+    return __float_as_uint(q) - (unsigned int)((rp && q > 0.0f) || (rn && q < 0.0f));
+}
+
+__device__ __forceinline__ unsigned int fp8q_odd_div(float x, float s) {
+    bool inexact;
+    const unsigned int b = fp8q_trunc_div(x, s, inexact);
+    return b | (unsigned int)inexact;
 }
 
 // s < 2^-60: the float64 quotient truncated to float32, inexact bit set (kept out of line: rare,

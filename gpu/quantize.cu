@@ -6,7 +6,8 @@
 // fp8_quantize_f32<MODE, SAT, CVT, TENSOR>: code = encode(x / s) for deterministic modes, the
 // quotient rounded once, as the CPU's float32 route does it: q = fl32(x / s) (IEEE division) and
 // r = fl32(q * s - x) (one fma, exact: the remainder of a correctly rounded division) give the
-// float32 truncation of x / s, b, and whether x / s is inexact. Then either
+// float32 truncation of x / s, b, and whether x / s is inexact (fp8q_trunc_div, fp8_cvt.cuh).
+// Then either
 //   - the CPU's 2^17-entry float32 table at index 2 * (b >> 16) + sticky (CVT = 0), or
 //   - the hardware conversion of the round-to-odd float32 (b | inexact), which rounds to the
 //     same code as x / s (24 bits hold the 8-bit formats' 2 + m bits) (CVT = 1 for E4M3, 2 for
@@ -16,6 +17,7 @@
 // encoder on the float64 quotient, as the CPU does. TENSOR: one scale; else element i of the
 // (P, R, C) array has scale scales[(p * nbR + r / BR) * nbC + c / BC].
 #include "fp8_codec.cuh"
+#include "fp8_cvt.cuh"
 
 // The CPU's scale_of (fp8lab._scaling_kernels), operation for operation: change both.
 __device__ __forceinline__ double fp8_scale_of(double amax, double target, int emax, int rule, int margin) {
@@ -61,12 +63,10 @@ __device__ __forceinline__ u8 fp8_quantize_elem(u32 xb, float s, const FmtShared
         return fp8_encode_generic<53, 1023, MODE, SAT>((v >> 63) != 0, (i64)(v & 0x7FFFFFFFFFFFFFFFull),
                                                        0x7FF0000000000000ll, t, 0, 0);
     }
-    const float q = __fdiv_rn(xv, s);
-    const float r = __fmaf_rn(q, s, -xv);
-    const bool rp = r > 0.0f, rn = r < 0.0f;   // both false for r = 0 or NaN (x = +-Inf)
-    const u32 b = __float_as_uint(q) - (u32)((rp && q > 0.0f) || (rn && q < 0.0f));
+    bool inexact;
+    const u32 b = fp8q_trunc_div(xv, s, inexact);
     if (CVT) {
-        const u32 odd = b | (u32)(rp || rn);
+        const u32 odd = b | (u32)inexact;
         if ((odd & 0x7FFFFFFFu) >= special) return fp8_encode_f32_det<MODE, SAT>(odd, t);
         u16 two;
         if (CVT == 2)
@@ -75,7 +75,7 @@ __device__ __forceinline__ u8 fp8_quantize_elem(u32 xb, float s, const FmtShared
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(two) : "f"(0.0f), "r"(odd));
         return (u8)(two & 0xFFu);
     }
-    return lut[((b >> 15) & 0x1FFFEu) | ((rp || rn || (b & 0xFFFFu) != 0u) ? 1u : 0u)];
+    return lut[((b >> 15) & 0x1FFFEu) | ((inexact || (b & 0xFFFFu) != 0u) ? 1u : 0u)];
 }
 
 template <int MODE, bool SAT, int CVT, bool TENSOR>

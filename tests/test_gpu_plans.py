@@ -39,3 +39,12 @@ def test_every_fused_instance_is_compiled_by_the_nvcc_check():
                     assert GM._fused_instance(ta, tb, out, qa) in listed
     # codes as A use gemm's own instance (overlapped promotion) for 16-bit and float32 outputs
     assert GM._fused_instance(0, 0, "bfloat16", 0) == GM._wg_instance(0, 0, "tensor", "bfloat16", True)
+
+
+def test_quantize_on_load_staging_matches_the_kernel():
+    # the host reserves the shared memory the kernel's QA_RAW staging slots (16 KB each) use
+    import re
+
+    from fp8lab.gpu import _loader
+    m = re.search(r"^#define QA_RAW (\d+)", _loader.source("gemm_wgmma.cu"), re.M)
+    assert m and int(m.group(1)) * 16384 == GM._QA_RAW_BYTES

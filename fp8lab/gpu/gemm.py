@@ -20,6 +20,8 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..formats import get_format
@@ -78,9 +80,11 @@ def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
     fused = [_fused_instance(ta, tb, o, qa) for ta, tb in pairs[:4] for qa in range(4) for o in FUSED_OUT
              if qa or o not in OUT_DTYPES]
-    return [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
-            for v in (False, True)] + fused + ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1>", "fp8q_check<2>"] + \
-        [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS)) for j in range(len(OUT_DTYPES))]
+    plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
+             for v in (False, True)]
+    others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1>", "fp8q_check<2>"]
+    return plain + fused + others + [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS))
+                                     for j in range(len(OUT_DTYPES))]
 
 
 # --- tensor maps (cuTensorMapEncodeTiled through the driver library) -----------------------------
@@ -177,11 +181,16 @@ def _workspace(role, rows, cols, dtype, cp):
     return buf
 
 
-def _k_major(x, es, cp, role="pad"):
+def _k_major(x, es, cp, role="pad", whole_rows=False):
     """``x`` (rows, K) itself when TMA can read it (16-byte aligned base and row stride), else a
-    zero-padded copy with the row stride rounded up to 16 bytes."""
+    zero-padded copy with the row stride rounded up to 16 bytes. ``whole_rows``: also copy unless
+    each row can be read up to K rounded up to 16 bytes inside x's allocation (the
+    quantize-on-load reads 16-byte chunks and masks what lies past K)."""
     rows, K = x.shape
-    if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es:
+    ok = x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es
+    if ok and whole_rows:
+        ok = x.data.ptr - x.data.mem.ptr + (rows - 1) * x.strides[0] + _kmajor_stride(K * es) <= x.data.mem.size
+    if ok:
         return x
     kp = _kmajor_stride(K * es) // es
     y = _workspace(role, rows, kp, x.dtype, cp)   # padding columns stay zero
@@ -565,27 +574,17 @@ _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
 
 
+@functools.lru_cache(maxsize=None)
 def _cvt_params(f, sat: bool):
-    """(special, packed codes) of fp8_cvt.cuh's conversion to format ``f`` (e4m3 / e5m2)."""
+    """(special, packed codes) of fp8_cvt.cuh's conversion to format ``f`` (e4m3 / e5m2): the
+    first magnitude left to the fix-up, and NaN+ | NaN- << 8 | overflow+ << 16 | overflow- << 24
+    from the format's declared special codes."""
     from .. import _kernels as K
     from ..codecs import _encoder_params
     from .codecs import cvt_special
-    key = ("cvt_params", f.name, sat)
-    p = _scalars.get(key)
-    if p is None:
-        codes = _encoder_params(f)[-1]
-        c = [int(codes[getattr(K, f"C_{n}")]) for n in ("NAN_POS", "NAN_NEG", "OVF_POS", "OVF_NEG")]
-        p = _scalars.put(key, (np.uint32(cvt_special(f, sat)),
-                               np.uint32(c[0] | c[1] << 8 | c[2] << 16 | c[3] << 24)))
-    return p
-
-
-def _amax_buffer(x, name, cp):
-    if x is None:
-        return None
-    if not (isinstance(x, cp.ndarray) and x.dtype == cp.float32 and x.shape == (1,) and x.flags.c_contiguous):
-        raise TypeError(f"{name} must be a (1,) float32 CuPy array (non-negative; updated in place)")
-    return x
+    codes = _encoder_params(f)[-1]
+    c = [int(codes[getattr(K, f"C_{n}")]) for n in ("NAN_POS", "NAN_NEG", "OVF_POS", "OVF_NEG")]
+    return np.uint32(cvt_special(f, sat)), np.uint32(c[0] | c[1] << 8 | c[2] << 16 | c[3] << 24)
 
 
 def _fused_scale(s, name, check, cp):
@@ -595,13 +594,18 @@ def _fused_scale(s, name, check, cp):
     return _device_scale(cp, s, check, name, host=lambda v: _scale(v, (1,), name))
 
 
-def _to_bf16_bits(y, cp):
-    """float32 -> bfloat16 bit patterns (uint16), nearest even; NaN -> 0x7FFF with its sign."""
-    k = cp.ElementwiseKernel(
+@functools.lru_cache(maxsize=None)
+def _bf16_kernel():
+    import cupy as cp
+    return cp.ElementwiseKernel(
         "uint32 u", "uint16 h",
         "h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)((u >> 16) | 0x7FFFu)"
         " : (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)", "fp8lab_f32_to_bf16")
-    return k(y.view(cp.uint32))
+
+
+def _to_bf16_bits(y, cp):
+    """float32 -> bfloat16 bit patterns (uint16), nearest even; NaN -> 0x7FFF with its sign."""
+    return _bf16_kernel()(y.view(cp.uint32))
 
 
 def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, relu=False,
@@ -656,7 +660,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     """
     import cupy as cp
 
-    from .quantize import _resolve_cast_args
+    from .quantize import _amax_buffer, _resolve_cast_args
 
     global last_kernel
     fa = get_format(fmt_a)
@@ -694,7 +698,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     sat_a = _resolve_cast_args(fa, "nearest_even", saturate)[4] if kind != "codes" else False
     sa = _fused_scale(scale_a, "scale_a", check, cp)
     sb = _fused_scale(scale_b, "scale_b", check, cp)
-    fo = so = None
+    fo = so = sat_o = None
     if out_dtype in ("e4m3", "e5m2"):
         if out_scale is None:
             raise ValueError(f"out_dtype={out_dtype!r} needs out_scale (C ~= decode(codes) * out_scale)")
@@ -708,8 +712,8 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
         if bias.dtype != cp.float32 or bias.shape != (N,):
             raise TypeError(f"bias must be a ({N},) float32 CuPy array, got {bias.dtype} {bias.shape}")
         bias = cp.ascontiguousarray(bias)
-    amax_a = _amax_buffer(amax_a, "amax_a", cp)
-    amax_out = _amax_buffer(amax_out, "amax_out", cp)
+    amax_a = _amax_buffer(cp, amax_a, "amax_a")
+    amax_out = _amax_buffer(cp, amax_out, "amax_out")
     if amax_a is not None and kind == "codes":
         raise ValueError("amax_a is measured while quantizing A; a is already codes")
     if fo is None:
@@ -725,7 +729,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     if not fused or K == 0:
         last_kernel = "composed"
         return _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
-                               sat_a, sat_o if fo else None, amax_a, amax_out, out, cp)
+                               sat_a, sat_o, amax_a, amax_out, out, cp)
     key = ("fused", cp.cuda.Device().id, a.data.ptr, a.shape, a.strides, kind, b.data.ptr, b.shape,
            b.strides, fa.name, fb.name, sa.data.ptr, sb.data.ptr, sat_a,
            None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
@@ -735,7 +739,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     launches = _plans.get(key)
     if launches is None:
         launches, replay = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
-                                           sat_a, sat_o if fo else None, amax_a, amax_out, out, cp)
+                                           sat_a, sat_o, amax_a, amax_out, out, cp)
         if replay:
             _plans.put(key, launches)
     _run(launches, a, b, out, sa, sb)
@@ -758,7 +762,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
         xa = None
     else:   # quantize-on-load: A's tensor map is not used (b2's stands in); A read as is, or a copy
         a2 = b2
-        xa = _readable_rows(a, cp)
+        xa = _k_major(a, a.itemsize, cp, "qa", whole_rows=True)
     cmap = (TMA_STORE and out_dtype in ("bfloat16", "float16") and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, 1, (out, M, N, 1) if cmap else None)
@@ -784,23 +788,6 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
               (out_, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
-
-
-def _readable_rows(x, cp):
-    """``x`` (rows, K) itself when the quantize-on-load can read it with 16-byte loads (aligned
-    base and row stride, each row readable up to K rounded up to 16 bytes inside its allocation),
-    else a copy in a zero-padded workspace that can."""
-    rows, K = x.shape
-    es = x.itemsize
-    kp = _kmajor_stride(K * es)
-    end = x.data.ptr - x.data.mem.ptr + (rows - 1) * x.strides[0] + kp
-    if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= kp and end <= x.data.mem.size:
-        return x
-    if rows == 1 and x.data.ptr % 16 == 0 and end <= x.data.mem.size:
-        return x
-    y = _workspace("qa", rows, kp // es, x.dtype, cp)   # padding columns stay zero
-    y[:, :K] = x
-    return y[:, :K]
 
 
 def _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,

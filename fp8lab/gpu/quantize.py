@@ -191,7 +191,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     import cupy as cp
 
     from ..qtensor import _geometry, _resolve_call
-    from .codecs import _as_cupy, encode
+    from .codecs import _as_cupy, _device_table, encode
 
     f, sc, delayed, mode, saturate = _resolve_call(fmt, scaling, rounding, saturate, seed)
     x = _as_cupy(x)
@@ -248,7 +248,8 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
         s_el = S[:, cp.arange(R) // BR][:, :, cp.arange(C) // BC]
         q = x3.astype(cp.float64) / s_el
     # a NaN quotient takes x's sign, as on the CPU (GPU arithmetic returns NaN without it)
-    nans = cp.asarray(np.array([0x7FF8000000000000, 0xFFF8000000000000], np.uint64)).view(cp.float64)
+    nans = _device_table(("nan64",), lambda: np.array([0x7FF8000000000000, 0xFFF8000000000000],
+                                                      np.uint64)).view(cp.float64)
     q = cp.where(cp.isnan(q), cp.where(cp.signbit(x3), nans[1], nans[0]), q)
     codes = encode(q.reshape(shape), f.name, rounding=mode, saturate=bool(saturate), seed=seed)
     return GPUQTensor(codes, cp.asarray(np.ascontiguousarray(s_host, np.float32)).reshape(sshape), f, sc,
@@ -289,6 +290,14 @@ def _device_scale(cp, scale, check: bool, name: str = "scale", host=None):
     if np.ndim(scale) != 0 or not (np.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be one finite float32 value > 0, got {scale!r}")
     return cp.full(1, v, cp.float32) if host is None else host(v)
+
+
+def _amax_buffer(cp, amax, name: str = "amax"):
+    """``amax`` checked to be a running-maximum buffer ((1,) float32, contiguous), or None."""
+    if amax is not None and not (isinstance(amax, cp.ndarray) and amax.dtype == cp.float32
+                                 and amax.shape == (1,) and amax.flags.c_contiguous):
+        raise TypeError(f"{name} must be a (1,) float32 CuPy array (non-negative; updated in place)")
+    return amax
 
 
 def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=True, amax=None,
@@ -338,11 +347,9 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
     if x.dtype == cp.float16 or (x.size and (x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 0)):
         x = cp.ascontiguousarray(x, dtype=cp.float32)
     s = _device_scale(cp, scale, check)
+    amax = _amax_buffer(cp, amax)
     if amax is None:
         amax = cp.zeros(1, cp.float32)
-    elif not (isinstance(amax, cp.ndarray) and amax.dtype == cp.float32 and amax.shape == (1,)
-              and amax.flags.c_contiguous):
-        raise TypeError("amax must be a (1,) float32 CuPy array (non-negative; updated in place)")
     R, C = x.shape
     codes = cp.empty((R, C), cp.uint8)
     rp = _kmajor_stride(R)   # the layout fp8lab.gpu.gemm.transpose returns
