@@ -2,10 +2,11 @@
 
     PYTHONPATH=.:benchmarks python3 benchmarks/gpu_fused.py [--check] [--bench] [--shapes MxNxK,...]
 
---check: (1) the conversion of fp8_cvt.cuh on its own (kernel fp8q_check) against the CPU's
-fp8lab.quantize: all 2^16 bfloat16 and all 2^16 float16 values, and 2^22 random float32 bit
-patterns, for e4m3 / e5m2, saturating or not, at scales that take each of its paths (power of
-two, other, below 2^-60, far above 1); (2) gemm_fused's kernel against its composed definition
+--check: (1) the conversions of fp8_cvt.cuh on their own (kernel fp8q_check: the careful route of
+the epilogue and the fast route of the quantize-on-load) against the CPU's fp8lab.quantize: all
+2^16 bfloat16 and all 2^16 float16 values, and 2^22 random float32 bit patterns, for e4m3 / e5m2,
+saturating or not, at scales that take each of its paths (power of two, other, below 2^-60, far
+above 1); (2) gemm_fused's kernel against its composed definition
 (kernel="composed": cast_transpose, gemm, CuPy element-wise ops) bit for bit, for every input
 kind (float32, float16, bfloat16, codes), output type, bias / ReLU / maxima, ragged and strided
 shapes. Exit status 1 on any difference.
@@ -20,6 +21,7 @@ a CUDA graph of 20 calls (GPU time only), medians of CUDA-event timings.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import warnings
 
@@ -29,9 +31,10 @@ FMTS = ("e4m3", "e5m2")
 BENCH_SHAPES = ((16384, 512, 512), (2048, 1024, 1024), (8192, 256, 256), (8192, 3456, 512),
                 (65536, 1024, 1024))
 # scales taking each path of fp8_cvt.cuh: powers of two in [2^-60, 2^60] (one multiply), others
-# (division + remainder), below 2^-60 (float64 quotient), powers of two outside the fast range
-SCALES = (1.0, 0.75, 2.0 ** -10 * 1.7, 32.0, 2.0 ** -20, 448.0 / 3.0, 2.0 ** -70 * 1.3, 2.0 ** -64,
-          2.0 ** 70, 3.0e30)
+# in that range (reciprocal or division + remainder, near both ends too), below 2^-60 (float64
+# quotient), above 2^60 (division)
+SCALES = (1.0, 0.75, 2.0 ** -10 * 1.7, 32.0, 2.0 ** -20, 448.0 / 3.0, 0.1, 2.0 ** -59 * 1.7, 2.0 ** 59 * 1.3,
+          2.0 ** -70 * 1.3, 2.0 ** -64, 2.0 ** 70, 3.0e30)
 
 
 def _all16(kind):
@@ -55,8 +58,10 @@ def check_convert(log, n_random=1 << 22):
     n = bad = 0
     for name, x in inputs.items():
         xd = cp.asarray(x)
-        for fi, fmt in enumerate(FMTS):
-            k = _loader.kernel("gemm_wgmma.cu", f"fp8q_check<{fi + 1}>")
+        refs = {}
+        for (fi, fmt), fast in itertools.product(enumerate(FMTS), (0, 1)):
+            k = _loader.kernel("gemm_wgmma.cu", f"fp8q_check<{fi + 1}, {fast}>")
+            route = ("careful", "fast")[fast]
             f = get_format(fmt)
             for sat in (False, True):
                 special, codes = _cvt_params(f, sat)
@@ -66,14 +71,17 @@ def check_convert(log, n_random=1 << 22):
                     k((min(-(-out.size // 256), 4096),), (256,),
                       (xd, out, np.int64(out.size), cp.full(1, s32, cp.float32), special, codes))
                     got = out.get().view(np.uint8)
-                    ref = fp8lab.quantize(x.reshape(1, -1), fmt, scaling="tensor", scales=s32.reshape(1, 1),
-                                          rounding="nearest_even", saturate=sat).codes.reshape(-1)
+                    if (fmt, sat, s) not in refs:
+                        refs[fmt, sat, s] = fp8lab.quantize(x.reshape(1, -1), fmt, scaling="tensor",
+                                                            scales=s32.reshape(1, 1), rounding="nearest_even",
+                                                            saturate=sat).codes.reshape(-1)
+                    ref = refs[fmt, sat, s]
                     d = int((got != ref).sum())
                     n += 1
                     if d:
                         bad += 1
                         i = int(np.flatnonzero(got != ref)[0])
-                        log(f"MISMATCH convert {name} {fmt} sat={sat} s={s32!r}: {d} codes differ; first "
+                        log(f"MISMATCH convert {name} {fmt} {route} sat={sat} s={s32!r}: {d} codes differ; first "
                             f"x={x[i]!r} (0x{x.view(np.uint32)[i]:08x}) got 0x{got[i]:02x} want 0x{ref[i]:02x}")
         log(f"convert check: {name} done ({n} cases so far, {bad} with mismatches)")
     return bad
@@ -92,7 +100,7 @@ def _same(a, b):
 
 
 def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129), (256, 384, 512),
-                            (200, 136, 72))):
+                            (200, 136, 72), (300, 512, 520), (130, 1024, 1024))):
     """gemm_fused (fused wgmma kernel) vs gemm_fused(kernel="composed"), bit for bit."""
     import cupy as cp
     import fp8lab.gpu.codecs as G
@@ -210,6 +218,8 @@ def bench(log, shapes=BENCH_SHAPES):
                                                     bfloat16=True, check=False),
             "fp8lab gemm_fused pow2": lambda: gemm_fused(xb, w, "e4m3", scale_a=s2_cp, out_dtype="bfloat16",
                                                          out=out, bfloat16=True, check=False),
+            "fp8lab pow2 no clusters": lambda: _no_clusters(lambda: gemm_fused(
+                xb, w, "e4m3", scale_a=s2_cp, out_dtype="bfloat16", out=out, bfloat16=True, check=False)),
             "fp8lab codes (no cast)": lambda: gemm_fused(a_codes, w, "e4m3", scale_a=s_cp, out_dtype="bfloat16",
                                                          out=out, check=False),
             "torch bf16 matmul": lambda: x @ wb.t(),
@@ -234,6 +244,16 @@ def bench(log, shapes=BENCH_SHAPES):
     for r in rows:
         log(_line(r))
     return rows
+
+
+def _no_clusters(fn):
+    """``fn()`` with the quantize-on-load's clusters off (each CTA converts all of its A tiles)."""
+    import fp8lab.gpu.gemm as gm
+    keep, gm.FUSED_CLUSTER = gm.FUSED_CLUSTER, 1
+    try:
+        return fn()
+    finally:
+        gm.FUSED_CLUSTER = keep
 
 
 def _torch_epi(torch, a8, w8, s, one, bias, so, amax_t):
