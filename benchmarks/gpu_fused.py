@@ -100,7 +100,9 @@ def _same(a, b):
 
 
 def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129), (256, 384, 512),
-                            (200, 136, 72), (300, 512, 520), (130, 1024, 1024))):
+                            (200, 136, 72), (300, 512, 520), (130, 1024, 1024)),
+               kinds=("bfloat16", "float16", "float32", "codes"),
+               outs=("bfloat16", "e4m3", "float32", "float16", "e5m2")):
     """gemm_fused (fused wgmma kernel) vs gemm_fused(kernel="composed"), bit for bit."""
     import cupy as cp
     import fp8lab.gpu.codecs as G
@@ -108,8 +110,6 @@ def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 2
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(5)
     n = bad = 0
-    kinds = ("bfloat16", "float16", "float32", "codes")
-    outs = ("bfloat16", "e4m3", "float32", "float16", "e5m2")
     for si, (M, N, K) in enumerate(shapes):
         x = (rng.standard_normal((M, K + 3)) * 3).astype(np.float32)
         x[0, :min(K, 6)] = np.float32([np.nan, np.inf, -np.inf, 1e30, -0.0, 1e-30])[:min(K, 6)]
@@ -218,8 +218,6 @@ def bench(log, shapes=BENCH_SHAPES):
                                                     bfloat16=True, check=False),
             "fp8lab gemm_fused pow2": lambda: gemm_fused(xb, w, "e4m3", scale_a=s2_cp, out_dtype="bfloat16",
                                                          out=out, bfloat16=True, check=False),
-            "fp8lab pow2 no clusters": lambda: _no_clusters(lambda: gemm_fused(
-                xb, w, "e4m3", scale_a=s2_cp, out_dtype="bfloat16", out=out, bfloat16=True, check=False)),
             "fp8lab codes (no cast)": lambda: gemm_fused(a_codes, w, "e4m3", scale_a=s_cp, out_dtype="bfloat16",
                                                          out=out, check=False),
             "torch bf16 matmul": lambda: x @ wb.t(),
@@ -244,16 +242,6 @@ def bench(log, shapes=BENCH_SHAPES):
     for r in rows:
         log(_line(r))
     return rows
-
-
-def _no_clusters(fn):
-    """``fn()`` with the quantize-on-load's clusters off (each CTA converts all of its A tiles)."""
-    import fp8lab.gpu.gemm as gm
-    keep, gm.FUSED_CLUSTER = gm.FUSED_CLUSTER, 1
-    try:
-        return fn()
-    finally:
-        gm.FUSED_CLUSTER = keep
 
 
 def _torch_epi(torch, a8, w8, s, one, bias, so, amax_t):

@@ -30,21 +30,16 @@
 //
 // Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0, OVL = 0): A is
 // given in high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K
-// rounded up to 16 bytes) and the scale sa[0] on the device. Tiles go N fastest. The producer
-// warpgroup's 128 threads copy K-tiles of A from global memory into staging shared memory
-// (cp.async, 16 bytes per copy, QA_RAW passes of 16 KB in flight behind the staging buffer of C),
-// read their own chunks back, convert them to TA's codes (the codes of fp8lab.quantize at that
-// scale, nearest even, saturating per xspec/xcodes: a pass of 8 chunks per thread through
-// fp8q_odd_fast without a branch, again through fp8q_pair when a magnitude reaches
-// fp8q_fast_lim) and write them in the 128B-swizzled layout TMA would have written; thread 0
-// loads B by TMA. Launched in clusters of csize CTAs along N (1 without a cluster launch), the
-// CTAs of a cluster share A: K-tile kt of a tile is converted by CTA kt % csize only, which
-// stores the codes into that stage of every CTA of the cluster (st.shared::cluster) and arrives
-// on their full barriers (remote, release at cluster scope, after fence.proxy.async: wgmma reads
-// through the async proxy); consumers release a stage in every CTA, so a stage is written only
-// when it is free everywhere. The full barrier counts the writer's 4 warps plus B's TMA
-// transaction. xamax (optional): running max of finite |x|, taken on the tiles of the first
-// cluster of each tile row (each element of A once).
+// rounded up to 16 bytes) and the scale sa[0] on the device. The producer warpgroup's 128
+// threads copy each K-tile of A from global memory into staging shared memory (cp.async, 16 bytes
+// per copy, QA_RAW passes of 16 KB in flight behind the staging buffer of C), read their own
+// chunks back, convert them to TA's codes (the codes of fp8lab.quantize at that scale, nearest
+// even, saturating per xspec/xcodes: a pass of 8 chunks per thread through fp8q_odd_fast without
+// a branch, again through fp8q_pair when a magnitude reaches fp8q_fast_lim) and write them in
+// the 128B-swizzled layout TMA would have written; thread 0 still loads B by TMA. The full
+// barrier counts the 4 writer warps plus the TMA transaction; the writers fence their stores
+// into the async proxy (wgmma's), then each warp's lane 0 arrives. xamax (optional): running max
+// of finite |x|, taken on the tiles of the first column of output tiles (each element of A once).
 // Fused epilogue (any QA, G = 1, no split): C = relu(acc * scales + bias[col]) (bias optional,
 // float32; relu: x < 0 -> +0, NaN kept; the add rounds separately, never an fma); OUT = 3 / 4
 // stores E4M3 / E5M2 codes of C at scale os[0] (fp8q_pair, as the quantize-on-load); oamax
@@ -87,34 +82,6 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, u64 tmap, int x, int y, u32
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];"
                  :: "r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(bar) : "memory");
-}
-
-// Thread block clusters (the quantize-on-load shares converted A tiles between the CTAs of a
-// cluster): this CTA's shared address `addr` as seen in CTA `rank` of the cluster, remote
-// arrivals, waits that acquire at cluster scope, and a barrier over all threads of the cluster.
-__device__ __forceinline__ u32 cl_map(u32 addr, u32 rank) {
-    u32 r;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void mbar_arrive_cl(u32 cl_bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(cl_bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cl(u32 bar, u32 parity) {
-    u32 ok;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    } while (!ok);
-}
-__device__ __forceinline__ bool mbar_test_cl(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok != 0;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;" ::: "memory");
 }
 
 // TMA store of a (64 x 64 x 1) box of 16-bit elements from shared memory (bulk async group)
@@ -199,13 +166,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // split-K (splits > 1, G = 1): work item -> (output tile, split sp), sp fastest; split sp
     // takes K-tiles [kb0, kb0 + nk) and leaves its fp32 sum in ws[sp] for splitk_reduce
     auto tile_mn = [&](int tile, int& g, int& tm, int& tn, int& sp, int& kb0, int& nk) {
-        if (QA) {   // N fastest: the CTAs of a cluster (consecutive tiles) share A's row block
-            g = sp = kb0 = 0;
-            nk = ktiles;
-            tm = tile / tiles_n;
-            tn = tile % tiles_n;
-            return;
-        }
         sp = tile % splits;
         tile /= splits;
         kb0 = (int)((long long)sp * ktiles / splits);
@@ -218,24 +178,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         tn = (tile % per_group) / gsz;
     };
     const int wg = threadIdx.x >> 7;
-    // QA: the cluster (1 x csize CTAs; 1 without a cluster launch) and this CTA's rank in it
-    u32 crank = 0, csize = 1;
-    if (QA) {
-        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
-        asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
-    }
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
-            // QA: B's transaction + the 4 converter warps of the CTA that converts this stage's
-            // A; its 8 consumer warps release a stage in every CTA of the cluster
-            mbar_init(smem_u32(&full_bar[s]), QA ? 5 : 1);
-            mbar_init(smem_u32(&empty_bar[s]), 8 * csize);
+            mbar_init(smem_u32(&full_bar[s]), QA ? 5 : 1);   // QA: B's transaction + 4 converter warps
+            mbar_init(smem_u32(&empty_bar[s]), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (QA) cluster_sync();   // every CTA's barriers ready before any remote arrival
-    else __syncthreads();
+    __syncthreads();
 
     // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
     // producer already loads the next tile while the consumers run the epilogue.
@@ -255,55 +206,26 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             const u32 fast_lim = fp8q_fast_lim(qp);
             const u8* x8 = reinterpret_cast<const u8*>(xa);
             u32 mx = 0;
-            // Cluster sharing: the csize CTAs of a cluster compute the tiles (tm, tn) of one tile
-            // row with consecutive tn and so need the same A tiles; K-tile kt of a tile is
-            // converted by CTA (kt - kb0) % csize only, which writes the codes into the stage of
-            // every CTA of the cluster and arrives on their full barriers. Every CTA loads its
-            // own B and runs the same stage ring (same tiles count, same K-tiles per tile).
-            //
-            // A pass: PASS chunks of one of this CTA's K-tiles per thread. Chunk tp + 128 (PASS h
-            // + i) of a K-tile is row (that) / CPR, 16-byte column (that) % CPR: a warp reads
-            // whole rows.
-            struct QPos { int tile, kt, kend, h, m0; bool ok, track; };
+            int it = 0;   // K-tiles started (the stage ring's position)
+            // A pass: PASS chunks of one K-tile per thread. Chunk tp + 128 (PASS h + i) of a K-tile
+            // is row (that) / CPR, 16-byte column (that) % CPR: a warp reads whole rows.
+            struct QPos { int tile, kt, kend, h, m0, n0; bool ok, track; };
             auto at_tile = [&](int tile) {
                 QPos p{};
-                for (;; tile += gridDim.x) {   // the next tile with a K-tile for this CTA
-                    p.ok = tile < ntiles;
-                    if (!p.ok) return p;
-                    int g, tm, tn, sp, kb0, nk;
-                    tile_mn(tile, g, tm, tn, sp, kb0, nk);
-                    if ((int)crank >= nk) continue;
-                    p.tile = tile; p.kt = kb0 + crank; p.kend = kb0 + nk; p.h = 0;
-                    p.m0 = tm * WG_BM;
-                    p.track = xamax != nullptr && tn < (int)csize;   // each element of A once
-                    return p;
-                }
+                p.ok = tile < ntiles;
+                if (!p.ok) return p;
+                int g, tm, tn, sp, kb0, nk;
+                tile_mn(tile, g, tm, tn, sp, kb0, nk);
+                p.tile = tile; p.kt = kb0; p.kend = kb0 + nk; p.h = 0;
+                p.m0 = tm * WG_BM; p.n0 = tn * WG_BN;
+                p.track = xamax != nullptr && tn == 0;   // each element of A once
+                return p;
             };
             auto advance = [&](QPos p) {
                 if (++p.h < NP) return p;
                 p.h = 0;
-                p.kt += csize;
-                if (p.kt < p.kend) return p;
+                if (++p.kt < p.kend) return p;
                 return at_tile(p.tile + gridDim.x);
-            };
-            // B: thread 0 loads B for every ring position in order (position = index of the tile
-            // among this CTA's * ktiles + kt): up to the K-tile about to be converted, waiting for
-            // the stages to be free in every CTA of the cluster, and further while they are.
-            const int npos = (blockIdx.x < ntiles ? (ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0) * ktiles;
-            int bpos = 0;
-            auto b_issue = [&](bool block) {
-                const int s = bpos % ST;
-                if (bpos >= ST) {
-                    const u32 e = smem_u32(&empty_bar[s]), par = ((bpos / ST) - 1) & 1;
-                    if (block) mbar_wait_cl(e, par);
-                    else if (!mbar_test_cl(e, par)) return false;
-                }
-                const int tile = blockIdx.x + (bpos / ktiles) * gridDim.x, kt = bpos % ktiles;
-                const u32 fb = smem_u32(&full_bar[s]);
-                mbar_expect_tx(fb, TILE_BYTES);
-                tma_load_2d(sbase + s * STAGE_BYTES + TILE_BYTES, tb, kt * WG_BK, (tile % tiles_n) * WG_BN, fb);
-                bpos++;
-                return true;
             };
             // A pass's PASS 16-byte chunks, copied by this thread from global memory into its own
             // slots of staging buffer `slot` (cp.async, zero-filled outside A; no registers held
@@ -408,10 +330,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
                 convert_careful(p, v, q, path);
             };
-            int cur = 0;   // ring position of the K-tile being converted
-            // one pass whose loads were issued earlier: its K-tile's first pass first brings B up
-            // to that K-tile (which waits for its stage); its last makes the codes visible and
-            // arrives in every CTA of the cluster
+            // one pass whose loads were issued earlier: its K-tile's first pass waits for the stage
+            // (and thread 0 starts B's TMA), its last makes the codes visible and arrives
             auto process = [&](const QPos& p, int slot) {
                 uint4 v[PASS];
 #pragma unroll
@@ -434,37 +354,33 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                         v[i].x &= keep[0]; v[i].y &= keep[1]; v[i].z &= keep[2]; v[i].w &= keep[3];
                     }
                 }
-                if (p.h == 0) {   // the K-tile's ring position: B loaded, stage free everywhere
-                    cur = (p.tile - (int)blockIdx.x) / (int)gridDim.x * ktiles + p.kt;
+                const int s = it % ST;
+                const u32 fb = smem_u32(&full_bar[s]);
+                const u32 dA = sbase + s * STAGE_BYTES;
+                if (p.h == 0) {
+                    if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
                     if (tp == 0) {
-                        while (bpos <= cur) b_issue(true);
-                        while (bpos < npos && bpos < cur + ST && b_issue(false)) {}
+                        mbar_expect_tx(fb, TILE_BYTES);
+                        tma_load_2d(dA + TILE_BYTES, tb, p.kt * WG_BK, p.n0, fb);
                     }
-                    if (cur >= ST) mbar_wait_cl(smem_u32(&empty_bar[cur % ST]), ((cur / ST) - 1) & 1);
                 }
                 u32 q[PASS][2];
                 if (qpath == FP8Q_MUL) convert(p, v, q, Fp8qPath<FP8Q_MUL>());
                 else if (qpath == FP8Q_RCP) convert(p, v, q, Fp8qPath<FP8Q_RCP>());
                 else if (qpath == FP8Q_DIV) convert(p, v, q, Fp8qPath<FP8Q_DIV>());
                 else convert(p, v, q, Fp8qPath<FP8Q_F64>());
-                const int s = cur % ST;
-                const u32 dA = s * STAGE_BYTES;
-                for (u32 r = 0; r < csize; r++) {
-                    const u32 base = cl_map(sbase, r) + dA;
 #pragma unroll
-                    for (int i = 0; i < PASS; i++) {
-                        const u32 addr = base + chunk_off(p, i);
-                        if (EPC == 8) asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" :: "r"(addr), "r"(q[i][0]), "r"(q[i][1]) : "memory");
-                        else asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(addr), "r"(q[i][0]) : "memory");
-                    }
+                for (int i = 0; i < PASS; i++) {
+                    const u32 addr = dA + chunk_off(p, i);
+                    if (EPC == 8) asm volatile("st.shared.v2.u32 [%0], {%1, %2};" :: "r"(addr), "r"(q[i][0]), "r"(q[i][1]) : "memory");
+                    else asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(q[i][0]) : "memory");
                 }
                 if (p.h == NP - 1) {
                     // each thread's codes into wgmma's (async) proxy, then one arrival per warp
-                    // on the stage's full barrier in every CTA
-                    asm volatile("fence.proxy.async.shared::cluster;" ::: "memory");
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                     __syncwarp();
-                    if ((tp & 31) == 0)
-                        for (u32 r = 0; r < csize; r++) mbar_arrive_cl(cl_map(smem_u32(&full_bar[s]), r));
+                    if ((tp & 31) == 0) mbar_arrive(fb);
+                    it++;
                 }
             };
             // QA_RAW passes in flight: pass n + QA_RAW - 1 is issued before pass n is converted
@@ -481,10 +397,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 process(pp, n % QA_RAW);
                 pp = advance(pp);
             }
-            if (tp == 0) while (bpos < npos) b_issue(true);   // B of the K-tiles after this CTA's last one
             asm volatile("cp.async.wait_all;" ::: "memory");
             if (xamax != nullptr) wg_warp_max(xamax, mx);
-            cluster_sync();   // no CTA leaves while others may still write its shared memory
             return;
         }
         if (threadIdx.x == 0) {
@@ -564,8 +478,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         };
         // wait for stage s, issue its wgmma into p (the first with scale-d = 0), commit
         auto issue = [&](float* p, int s) {
-            if (QA) mbar_wait_cl(smem_u32(&full_bar[s]), (it / ST) & 1);
-            else mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
+            mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
             const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
             wg_fence();
 #pragma unroll
@@ -590,11 +503,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
         };
-        auto release = [&](int s) {   // QA: the stage in every CTA of the cluster
-            if (lane != 0) return;
-            if (QA) for (u32 r = 0; r < csize; r++) mbar_arrive_cl(cl_map(smem_u32(&empty_bar[s]), r));
-            else mbar_arrive(smem_u32(&empty_bar[s]));
-        };
+        auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
         if (!OVL) {
             for (int kt = 0; kt < nk; kt++, it++) {
                 float s0, s1;
@@ -729,7 +638,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     }
     if (use_cmap && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     if (oamax != nullptr) wg_warp_max(oamax, omax);
-    if (QA) cluster_sync();
 }
 
 // C = (sum over s of ws[s]) with gemm_wgmma's epilogue scaling and conversion: the splits' fp32

@@ -48,36 +48,3 @@ def test_quantize_on_load_staging_matches_the_kernel():
     from fp8lab.gpu import _loader
     m = re.search(r"^#define QA_RAW (\d+)", _loader.source("gemm_wgmma.cu"), re.M)
     assert m and int(m.group(1)) * 16384 == GM._QA_RAW_BYTES
-
-
-@pytest.mark.parametrize("tiles_n,ktiles,size", [(4, 4, 4), (8, 8, 8), (2, 2, 2), (16, 64, 8), (27, 4, 3),
-                                                 (4, 2, 2), (3, 1, 1), (7, 64, 7), (1, 9, 1), (9, 2, 1)])
-def test_quantize_on_load_cluster_size(tiles_n, ktiles, size):
-    # the largest size <= 8 that divides the tile columns, with a K-tile for each of its CTAs
-    assert GM._fused_cluster(tiles_n, ktiles) == size
-
-
-def test_quantize_on_load_cluster_size_can_be_capped(monkeypatch):
-    monkeypatch.setattr(GM, "FUSED_CLUSTER", 2)
-    assert GM._fused_cluster(8, 8) == 2
-    monkeypatch.setattr(GM, "FUSED_CLUSTER", 1)
-    assert GM._fused_cluster(8, 8) == 1
-
-
-def test_cluster_launch_structs_match_the_driver_layout():
-    # CUlaunchConfig: 7 unsigned, the stream at 32, attrs at 40, numAttrs at 48, 56 bytes;
-    # CUlaunchAttribute: the id, padding to 8, a 64-byte value union: 72 bytes
-    import ctypes
-    C, A = GM._LaunchConfig, GM._LaunchAttr
-    assert (ctypes.sizeof(C), C.stream.offset, C.attrs.offset, C.nattrs.offset) == (56, 32, 40, 48)
-    assert (ctypes.sizeof(A), A.value.offset) == (72, 8)
-
-
-def test_cluster_launch_marshals_scalars_and_refuses_others():
-    import numpy as np
-    assert GM._c_arg(np.int32(-3)).value == -3
-    assert GM._c_arg(np.uint32(0xFFFFFFFF)).value == 0xFFFFFFFF
-    assert GM._c_arg(np.int64(1 << 40)).value == 1 << 40
-    assert GM._c_arg(np.float32(0.5)).value == 0.5
-    with pytest.raises(TypeError, match="not marshalled"):
-        GM._c_arg(3)

@@ -573,94 +573,6 @@ _QA = {"float32": 3, "float16": 2, "bfloat16": 1}   # gemm_wgmma's QA per high-p
 # that share the shared memory with it and with C's staging
 _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
-#: quantize-on-load in thread block clusters of up to this many CTAs along N: the CTAs of a
-#: cluster share the converted A tiles (each converts 1 / size of them), so each element of A is
-#: converted N / (128 * size) times instead of N / 128. 1: no clusters.
-FUSED_CLUSTER = 8
-
-
-def _fused_cluster(tiles_n: int, ktiles: int) -> int:
-    """Cluster size of a quantize-on-load launch: the largest size up to FUSED_CLUSTER that
-    divides the tile columns (a cluster takes consecutive ones of a tile row) and has a K-tile for
-    each of its CTAs to convert."""
-    return max(c for c in range(1, max(1, min(FUSED_CLUSTER, 8, ktiles)) + 1) if tiles_n % c == 0)
-
-
-class _ClusterLaunch:
-    """A CuPy RawKernel launched in clusters of ``size`` CTAs along x (cuLaunchKernelEx through
-    the driver library, which CuPy's launch does not reach); called like the kernel."""
-
-    _lib = None
-
-    def __init__(self, k, size: int):
-        import ctypes
-        if _ClusterLaunch._lib is None:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuLaunchKernelEx.restype = ctypes.c_int
-            lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
-            _ClusterLaunch._lib = lib
-        self.k, self.size, self.fn = k, size, ctypes.c_void_p(k.kernel.ptr)
-
-    def _config(self, grid, block, smem, stream):
-        import ctypes
-        attr = _LaunchAttr()
-        attr.id = 4   # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.dim[:] = (self.size, 1, 1)
-        cfg = _LaunchConfig(grid, 1, 1, block, 1, 1, smem, ctypes.c_void_p(stream),
-                            ctypes.pointer(attr), 1)
-        return cfg, attr
-
-    def max_clusters(self, block: int, smem: int) -> int:
-        """Clusters of this size that the device can run at once (0 where none fit)."""
-        import ctypes
-        cfg, _attr = self._config(self.size, block, smem, 0)
-        n = ctypes.c_int(0)
-        r = self._lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), self.fn, ctypes.byref(cfg))
-        return n.value if r == 0 else 0
-
-    def __call__(self, grid, block, args, shared_mem=0):
-        import ctypes
-        import cupy as cp
-        vals = [_c_arg(a) for a in args]
-        params = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-        cfg, _attr = self._config(grid[0], block[0], shared_mem, cp.cuda.get_current_stream().ptr)
-        r = self._lib.cuLaunchKernelEx(ctypes.byref(cfg), self.fn, params, None)
-        if r != 0:
-            raise RuntimeError(f"cuLaunchKernelEx (clusters of {self.size}) failed with CUresult {r}")
-
-
-def _c_arg(a):
-    """A kernel argument as the ctypes value cuLaunchKernelEx reads: device arrays by pointer,
-    NumPy scalars by value."""
-    import ctypes
-    if hasattr(a, "data") and hasattr(a.data, "ptr"):
-        return ctypes.c_void_p(a.data.ptr)
-    kinds = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
-             "uint64": ctypes.c_uint64, "float32": ctypes.c_float}
-    t = kinds.get(np.asarray(a).dtype.name) if isinstance(a, np.generic) else None
-    if t is None:
-        raise TypeError(f"kernel argument of type {type(a).__name__} is not marshalled for a cluster launch")
-    return t(a.item())
-
-
-def _launch_types():
-    import ctypes
-
-    class Value(ctypes.Union):
-        _fields_ = [("pad", ctypes.c_char * 64), ("dim", ctypes.c_uint32 * 3)]
-
-    class Attr(ctypes.Structure):
-        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", Value)]
-
-    u = ctypes.c_uint32
-
-    class Config(ctypes.Structure):
-        _fields_ = [("gx", u), ("gy", u), ("gz", u), ("bx", u), ("by", u), ("bz", u), ("smem", u),
-                    ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(Attr)), ("nattrs", u)]
-    return Attr, Config
-
-
-_LaunchAttr, _LaunchConfig = _launch_types()
 
 
 @functools.lru_cache(maxsize=None)
@@ -824,7 +736,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
            None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
            None if so is None else (so.data.ptr, sat_o),
            None if amax_a is None else amax_a.data.ptr, None if amax_out is None else amax_out.data.ptr,
-           TMA_STORE, FUSED_CLUSTER)
+           TMA_STORE)
     launches = _plans.get(key)
     if launches is None:
         launches, replay = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
@@ -872,18 +784,8 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
             ocodes, bits(amax_out))
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(-(-K // BLOCK)), np.int32(1),
             np.int32(cmap), np.int32(1))
-    tiles_n = -(-N // 128)
-    tiles = (-(-M // 128)) * tiles_n
-    grid = min(tiles, _sm_count())
-    csize = _fused_cluster(tiles_n, -(-K // 128)) if qa else 1
-    if csize > 1:
-        k = _ClusterLaunch(k, csize)
-        fit = k.max_clusters(384, smem)
-        if fit:
-            grid = min(tiles, fit * csize)   # tiles is a multiple of csize
-        else:   # no cluster of this size fits: one CTA per cluster
-            k = k.k
-    launch = (k, (grid,), (384,),
+    tiles = (-(-M // 128)) * (-(-N // 128))
+    launch = (k, (min(tiles, _sm_count()),), (384,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
               (out_, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
