@@ -127,8 +127,9 @@ __device__ __forceinline__ unsigned int fp8q_cvt2(unsigned int o0, unsigned int 
     return two;
 }
 
-// Running maximum of |o| (o: bits) that keeps NaN: a block of fp8q_cvt2 conversions is right
-// when the bits of the result stay below `special` (one check per block instead of a branch per pair).
+// Running maximum of |o| (o: bits) that keeps NaN: a block of fp8q_odd_fast + fp8q_cvt2
+// conversions is right when the bits of the result stay below fp8q_fast_lim (one check per block
+// instead of a branch per pair).
 __device__ __forceinline__ float fp8q_absmax(float m, unsigned int o) {
     float r;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(__uint_as_float(o))));
