@@ -121,9 +121,10 @@ __device__ __forceinline__ void wg_mma(float* d, u64 da, u64 db, int scale_d) {
     else WG_MMA("m64n128k32.f32.e5m2.e5m2", "");
 }
 
-// row, 16-byte chunk -> byte offset inside a 128 x 128 B tile in TMA's 128B-swizzled layout
-__device__ __forceinline__ u32 wg_swz(int row, int chunk) {
-    return (u32)(row * 128 + ((chunk ^ (row & 7)) << 4));
+// row, 16-byte chunk -> byte offset inside a 128 x 128 B tile in TMA's 128B-swizzled layout (the
+// chunk XORed with row % 8; `key`: that value where the caller knows it without the row)
+__device__ __forceinline__ u32 wg_swz(int row, int chunk, int key) {
+    return (u32)(row * 128 + ((chunk ^ key) << 4));
 }
 
 __device__ __forceinline__ void wg_warp_max(u32* dst, u32 m) {
@@ -253,9 +254,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             constexpr int RS = 128 / CPR;
             const int col = tp % CPR, row0 = tp / CPR;
             auto chunk_off = [&](const QPos& p, int i) {
-                const int row = row0 + RS * (p.h * PASS + i), sw = RS == 8 ? row0 & 7 : row & 7;
-                return (u32)(row * 128 + (EPC == 8 ? ((((col >> 1) ^ sw) << 4) + (col & 1) * 8)
-                                                   : ((((col >> 2) ^ sw) << 4) + (col & 3) * 4)));
+                const int row = row0 + RS * (p.h * PASS + i), key = RS == 8 ? row0 & 7 : row & 7;
+                return EPC == 8 ? wg_swz(row, col >> 1, key) + (col & 1) * 8 : wg_swz(row, col >> 2, key) + (col & 3) * 4;
             };
             auto unpack = [&](const uint4& c, float (&f)[8]) {
                 const u32 w[4] = {c.x, c.y, c.z, c.w};
@@ -588,8 +588,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     finish(v0, v1, m0 + cw * 64 + row, c);
                     const u32 w = (u32)wg_out16(v0, OUT == 1) | ((u32)wg_out16(v1, OUT == 1) << 16);
                     // box j / 8, 16-byte chunk j % 8 of the 128-byte row, swizzled by row % 8
-                    const u32 addr = stage_c + (j >> 3) * 8192 + row * 128 + (((j & 7) ^ (row & 7)) << 4)
-                                     + (lane & 3) * 4;
+                    const u32 addr = stage_c + (j >> 3) * 8192 + wg_swz(row, j & 7, row & 7) + (lane & 3) * 4;
                     asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(w) : "memory");
                 }
             }
