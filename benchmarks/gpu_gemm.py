@@ -1,6 +1,6 @@
 """GEMM correctness and speed on the GPU (run on the H200; torch is a baseline only).
 
-    PYTHONPATH=. python3 benchmarks/gpu_gemm.py [--check] [--bench] [--small] [--grouped]
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_gemm.py [--check] [--bench] [--small] [--grouped]
                                                  [--variants] [--accuracy]
 
 --check: every format pair x layout x scaling x out dtype on ragged shapes, against a float64
@@ -401,6 +401,81 @@ def bench_grouped(log, g=64, shape=(8192, 256, 256)):
     return {"grouped_ms": t_grouped * 1e3, "calls_ms": t_calls * 1e3, "cublaslt_ms": t_lt * 1e3}
 
 
+#: GEMMs of different shapes for the ragged grouped check (g, M, N, K): ragged tiles, a row
+#: stride that needs a padded copy (K = 200), an empty output and K = 0 among them
+RAGGED_CHECK = [(130, 200, 300), (1, 1, 1), (256, 128, 256), (0, 64, 128), (70, 136, 200),
+                (129, 257, 130), (40, 30, 0)]
+#: the benchmark's mix (recommendation-model layers: tall-skinny GEMMs of a few widths), cycled
+RAGGED_BENCH = [(8192, 256, 256), (4096, 512, 256), (2048, 1024, 512), (8192, 128, 512),
+                (16384, 256, 128), (4096, 256, 1024), (8192, 512, 512), (2048, 128, 256)]
+
+
+def check_grouped_ragged(log, shapes=RAGGED_CHECK, pairs=PAIRS):
+    """gemm_grouped on sequences of different shapes == separate gemm calls, bit for bit (same
+    kernel and tile arithmetic), for every pair x scaling x out dtype; outputs poisoned first."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm, gemm_grouped
+    bad = n = 0
+    for fa, fb in pairs:
+        a = [_codes(cp, G, (M, K), fa) for M, N, K in shapes]
+        b = [_codes(cp, G, (N, K), fb) for M, N, K in shapes]
+        for scaling in ("tensor", "row_col", "block"):
+            per = [_make_scales(cp, scaling, M, N, K) for M, N, K in shapes]
+            sa, sb = [p[0] for p in per], [p[1] for p in per]
+            for out_dtype in ("float32", "bfloat16"):
+                odt = cp.uint16 if out_dtype == "bfloat16" else cp.float32
+                poison = 0x7FC0 if out_dtype == "bfloat16" else np.nan
+                out = [cp.full((M, N), poison, odt) for M, N, K in shapes]
+                gemm_grouped(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
+                             out_dtype=out_dtype, out=out)
+                got = gemm_grouped(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
+                                   out_dtype=out_dtype)   # its own outputs (one buffer)
+                d = 0
+                for i, (M, N, K) in enumerate(shapes):
+                    want = gemm(a[i], b[i], fa, fb, scale_a=sa[i], scale_b=sb[i], scaling=scaling,
+                                out_dtype=out_dtype)
+                    u = cp.uint16 if out_dtype == "bfloat16" else cp.uint32
+                    d += int((out[i].view(u) != want.view(u)).sum()) + int((got[i].view(u) != want.view(u)).sum())
+                n += 1
+                if d:
+                    bad += 1
+                    log(f"RAGGED GROUPED MISMATCH {fa}x{fb} {scaling} {out_dtype}: {d}")
+    log(f"ragged grouped check: {n} cases ({len(shapes)} shapes each), {bad} with differences "
+        "from separate calls")
+    return bad
+
+
+def bench_grouped_ragged(log, g=64, shapes=RAGGED_BENCH):
+    """g GEMMs of the shapes ``shapes`` (cycled), e4m3 per-tensor, bfloat16 out: one gemm_grouped
+    launch against g torch._scaled_mm (cuBLASLt) calls, eager and as CUDA graphs (GPU time)."""
+    import cupy as cp
+    import torch
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm_grouped
+    from gpu_fused import _graph_time
+    mix = [shapes[i % len(shapes)] for i in range(g)]
+    a = [_codes(cp, G, (M, K), "e4m3") for M, N, K in mix]
+    b = [_codes(cp, G, (N, K), "e4m3") for M, N, K in mix]
+    out = [cp.empty((M, N), cp.uint16) for M, N, K in mix]
+    fn = lambda: gemm_grouped(a, b, "e4m3", scale_a=1.0, scale_b=1.0, out_dtype="bfloat16", out=out)
+    ta = [torch.from_dlpack(x).view(torch.float8_e4m3fn) for x in a]
+    tb = [torch.from_dlpack(x).view(torch.float8_e4m3fn) for x in b]
+    one = torch.ones((), device="cuda")
+    lt = lambda: [torch._scaled_mm(x, y.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                  for x, y in zip(ta, tb)]
+    t = {"fp8lab": (_timeit(cp, fn), _graph_time(cp, torch, fn, reps=10, n=5)),
+         "cublaslt": (_timeit(cp, lt), _graph_time(cp, torch, lt, reps=10, n=5))}
+    fl = sum(2.0 * M * N * K for M, N, K in mix)
+    names = ", ".join(f"{M}x{N}x{K}" for M, N, K in shapes)
+    for mode, i in (("eager", 0), ("graph", 1)):
+        log(f"ragged grouped {g} GEMMs ({names}, cycled) e4m3 per-tensor, bf16 out, {mode}: one launch "
+            f"{t['fp8lab'][i] * 1e3:.3f} ms ({fl / t['fp8lab'][i] / 1e12:.0f} TFLOPS); {g} cuBLASLt calls "
+            f"{t['cublaslt'][i] * 1e3:.3f} ms ({fl / t['cublaslt'][i] / 1e12:.0f} TFLOPS); speed-up "
+            f"{t['cublaslt'][i] / t['fp8lab'][i]:.2f}x")
+    return {k: v for k, v in t.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
@@ -425,7 +500,9 @@ def main(argv=None):
         sys.exit(1 if bad else 0)
     if a.grouped:
         check_grouped(print)
+        check_grouped_ragged(print)
         bench_grouped(print)
+        bench_grouped_ragged(print)
     if a.check:
         check(print, kernel=a.kernel)
     if a.variants:

@@ -27,6 +27,12 @@
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
+// gtab != null: G GEMMs of any shapes in one launch (QA = 0, no split). GEMM g's record is
+// gtab[16g .. 16g + 15]: M, N, K, ldc, then 64-bit addresses of its C, sa and sb (words 4-9),
+// kblocks (word 10); gtab[16G + g] is its first tile (GEMMs in order, tiles of one GEMM
+// consecutive), gtab[16G + G] the total. Its tensor maps are A's at tmaps[128g], B's at
+// tmaps[128(G + g)] and C's ((N, M, 1), CMAP only) at tmaps[128(2G + g)]. The M, N, K, ldc,
+// kblocks and G arguments then describe nothing but G.
 //
 // Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0, OVL = 0): A is
 // given in high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K
@@ -143,7 +149,7 @@ template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
         const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G, int cmap,
-        int splits, float* __restrict__ ws,
+        int splits, float* __restrict__ ws, const int* __restrict__ gtab,
         const void* __restrict__ xa, long long ldx, u32 xspec, u32 xcodes, u32* __restrict__ xamax,
         const float* __restrict__ bias, int relu, const float* __restrict__ os, u32 ospec,
         u32 ocodes, u32* __restrict__ oamax) {
@@ -159,26 +165,49 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<size_t>(dsm) + 1023) & ~(size_t)1023);
     const u32 sbase = smem_u32(smem);
 
-    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    const int per_gemm = tiles_m * tiles_n, ntiles = G * per_gemm * splits, per_group = WG_GROUP_M * tiles_n;
-    // tile -> (g, tm, tn): GEMM g of the G stacked ones (A rows g*M.., B rows g*N.., C rows
-    // g*M..), then groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
-    const int ktiles = (K + WG_BK - 1) / WG_BK;
+    // Shapes of the GEMM a tile belongs to: the arguments' one, or (gtab) each GEMM's own, loaded
+    // by tile_mn into these per-thread variables (and M, N, K, ldc, kblocks) as the thread moves on
+    int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    int per_gemm = tiles_m * tiles_n, per_group = WG_GROUP_M * tiles_n;
+    int ktiles = (K + WG_BK - 1) / WG_BK;
+    const int* gstart = gtab + 16 * G;   // gtab: each GEMM's first tile, then the total
+    const int ntiles = gtab != nullptr ? gstart[G] : G * per_gemm * splits;
+    int gv = 0;   // gtab: the GEMM of this thread's current tile (its tiles only increase)
+    // tile -> (g, tm, tn): GEMM g (of G stacked ones: A rows g*M.., B rows g*N.., C rows g*M..;
+    // or gtab's GEMM g), then groups of WG_GROUP_M tile rows, M fastest inside a group (L2 reuse)
     // split-K (splits > 1, G = 1): work item -> (output tile, split sp), sp fastest; split sp
     // takes K-tiles [kb0, kb0 + nk) and leaves its fp32 sum in ws[sp] for splitk_reduce
     auto tile_mn = [&](int tile, int& g, int& tm, int& tn, int& sp, int& kb0, int& nk) {
-        sp = tile % splits;
-        tile /= splits;
-        kb0 = (int)((long long)sp * ktiles / splits);
-        nk = (int)((long long)(sp + 1) * ktiles / splits) - kb0;
-        g = tile / per_gemm;
-        tile -= g * per_gemm;
+        if (gtab != nullptr) {
+            while (gstart[gv + 1] <= tile) gv++;   // GEMMs without tiles skipped
+            const int* r = gtab + 16 * gv;
+            M = r[0]; N = r[1]; K = r[2]; ldc = r[3]; kblocks = r[10];
+            tiles_m = (M + WG_BM - 1) / WG_BM; tiles_n = (N + WG_BN - 1) / WG_BN;
+            per_group = WG_GROUP_M * tiles_n;
+            ktiles = (K + WG_BK - 1) / WG_BK;
+            g = gv; sp = 0; kb0 = 0; nk = ktiles;
+            tile -= gstart[gv];
+        } else {
+            sp = tile % splits;
+            tile /= splits;
+            kb0 = (int)((long long)sp * ktiles / splits);
+            nk = (int)((long long)(sp + 1) * ktiles / splits) - kb0;
+            g = tile / per_gemm;
+            tile -= g * per_gemm;
+        }
         const int first_m = (tile / per_group) * WG_GROUP_M;
         const int gsz = min(tiles_m - first_m, WG_GROUP_M);
         tm = first_m + (tile % per_group) % gsz;
         tn = (tile % per_group) / gsz;
     };
     const int wg = threadIdx.x >> 7;
+    // Tensor map `which` (0 A, 1 B, 2 C) of GEMM g: one each, or (gtab) one each per GEMM
+    auto tmap_of = [&](int which, int g) {
+        return reinterpret_cast<u64>(tmaps + 128 * (gtab != nullptr ? which * G + g : which));
+    };
+    auto tmap_acquire = [](u64 m) {
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(m) : "memory");
+    };
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
@@ -200,8 +229,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             constexpr int PASS = 8;                     // chunks per thread per pass (32 registers)
             constexpr int NP = CPR / PASS;              // passes per K-tile
             const int tp = threadIdx.x;
-            const u64 tb = reinterpret_cast<u64>(tmaps + 128);
-            if (tp == 0) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
+            const u64 tb = tmap_of(1, 0);
+            if (tp == 0) tmap_acquire(tb);
             const Fp8Q qp = fp8q_make(sa[0], xspec, xcodes);
             const int qpath = fp8q_path(qp);
             const u32 fast_lim = fp8q_fast_lim(qp);
@@ -402,16 +431,21 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             return;
         }
         if (threadIdx.x == 0) {
-            const u64 ta = reinterpret_cast<u64>(tmaps), tb = reinterpret_cast<u64>(tmaps + 128);
-            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(ta) : "memory");
-            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tb) : "memory");
             int it = 0;
+            u64 ta = 0;
             for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
                 int g, tm, tn, sp, kb0, nk;
                 tile_mn(tile, g, tm, tn, sp, kb0, nk);
-                // rows of a partial tile past M (N) come from the next GEMM: they only reach
-                // outputs the epilogue does not store
-                const int m0 = g * M + tm * WG_BM, n0 = g * N + tn * WG_BN;
+                const u64 tb = tmap_of(1, g);
+                if (tmap_of(0, g) != ta) {   // a map not used before by this thread
+                    ta = tmap_of(0, g);
+                    tmap_acquire(ta);
+                    tmap_acquire(tb);
+                }
+                // stacked GEMMs: rows of a partial tile past M (N) come from the next GEMM; they
+                // only reach outputs the epilogue does not store. gtab: each GEMM its own maps.
+                const int m0 = (gtab != nullptr ? 0 : g * M) + tm * WG_BM;
+                const int n0 = (gtab != nullptr ? 0 : g * N) + tn * WG_BN;
                 for (int kt = kb0; kt < kb0 + nk; kt++, it++) {
                     const int s = it % ST;
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
@@ -435,11 +469,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
     float acc[64], part[64], part2[64];
     const bool use_cmap = (OUT == 1 || OUT == 2) && cmap;
-    const u64 tc = reinterpret_cast<u64>(tmaps + 256);
+    u64 tc = 0;   // C's tensor map of the current tile, acquired
     const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 16384;   // this consumer's staging buffer
-    if (use_cmap && t == 0)
-        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(tc) : "memory");
-    const bool pair_ok = (ldc & 1) == 0;
     const Fp8Q oq = fp8q_make(OUT >= 3 ? os[0] : 1.f, ospec, ocodes);
     u32 omax = 0;
     // bias, ReLU and the running maximum of one output pair (row r, columns c, c + 1)
@@ -459,10 +490,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         int g, tm, tn, sp, kb0, nk;
         tile_mn(tile, g, tm, tn, sp, kb0, nk);
         const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // inside GEMM g
-        // GEMM g's scales and output rows
+        // GEMM g's scales and output (gtab: its own pointers, as 64-bit words at r[4..9])
         const float* sag = sa + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * M : (size_t)g * M * kblocks);
         const float* sbg = sb + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * N : (size_t)g * tiles_n * kblocks);
-        const size_t crow = (size_t)g * M;
+        void* Cg = C;
+        size_t crow = (size_t)g * M;
+        if (gtab != nullptr) {
+            const long long* r = reinterpret_cast<const long long*>(gtab + 16 * g + 4);
+            Cg = reinterpret_cast<void*>(r[0]);
+            sag = reinterpret_cast<const float*>(r[1]);
+            sbg = reinterpret_cast<const float*>(r[2]);
+            crow = 0;
+        }
+        constexpr int OES = OUT == 0 ? 4 : OUT <= 2 ? 2 : 1;   // output bytes per element
+        const bool pair_ok = (ldc & 1) == 0 && (reinterpret_cast<size_t>(Cg) & (2 * OES - 1)) == 0;
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
@@ -572,7 +613,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             continue;
         }
         if (use_cmap) {
-            if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            if (t == 0) {
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                if (tmap_of(2, g) != tc) {
+                    tc = tmap_of(2, g);
+                    tmap_acquire(tc);
+                }
+            }
             named_sync(1 + cw, 128);                    // the staging buffer is free again
 #pragma unroll
             for (int j = 0; j < 16; j++) {
@@ -595,8 +642,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             named_sync(1 + cw, 128);
             if (t == 0) {
-                tma_store_3d(tc, stage_c, n0, m0 + cw * 64, g);
-                tma_store_3d(tc, stage_c + 8192, n0 + 64, m0 + cw * 64, g);
+                const int z = gtab != nullptr ? 0 : g;   // gtab: C's maps are (N, M, 1)
+                tma_store_3d(tc, stage_c, n0, m0 + cw * 64, z);
+                tma_store_3d(tc, stage_c + 8192, n0 + 64, m0 + cw * 64, z);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
             continue;
@@ -618,16 +666,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 finish(v0, v1, r, c);
                 const size_t o = (crow + r) * ldc + c;
                 if (OUT >= 3) {
-                    u8* p = reinterpret_cast<u8*>(C) + o;
+                    u8* p = reinterpret_cast<u8*>(Cg) + o;
                     const u32 w = fp8q_pair<OUT - 2>(v0, v1, oq);
                     if (two && pair_ok) *reinterpret_cast<u16*>(p) = (u16)w;
                     else { p[0] = (u8)w; if (two) p[1] = (u8)(w >> 8); }
                 } else if (OUT == 0) {
-                    float* p = reinterpret_cast<float*>(C) + o;
+                    float* p = reinterpret_cast<float*>(Cg) + o;
                     if (two && pair_ok) *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
                     else { p[0] = v0; if (two) p[1] = v1; }
                 } else {
-                    u16* p = reinterpret_cast<u16*>(C) + o;
+                    u16* p = reinterpret_cast<u16*>(Cg) + o;
                     const u16 h0 = wg_out16(v0, OUT == 1), h1 = wg_out16(v1, OUT == 1);
                     if (two && pair_ok) *reinterpret_cast<u32*>(p) = (u32)h0 | ((u32)h1 << 16);
                     else { p[0] = h0; if (two) p[1] = h1; }

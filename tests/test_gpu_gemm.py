@@ -127,6 +127,36 @@ def test_grouped_shape_errors():
         gemm_grouped(a, a, "e4m3", scale_a=cp.ones(3, cp.float32))
 
 
+def test_grouped_ragged_equals_separate_calls():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_gemm
+    assert gpu_gemm.check_grouped_ragged(print, pairs=(("e4m3", "e4m3"), ("e5m2", "e4m3"), ("hif8", "hif8"))) == 0
+
+
+def test_grouped_ragged_errors_name_what_is_accepted():
+    import cupy as cp
+    from fp8lab.gpu.gemm import gemm_grouped
+    a = [cp.zeros((4, 8), cp.uint8), cp.zeros((5, 16), cp.uint8)]
+    b = [cp.zeros((3, 8), cp.uint8), cp.zeros((2, 16), cp.uint8)]
+    with pytest.raises(ValueError, match=r"GEMM 1: a\[1\] is \(5, 16\).*same K"):
+        gemm_grouped(a, [b[0], cp.zeros((2, 8), cp.uint8)], "e4m3")
+    with pytest.raises(TypeError, match="sequences of the same length"):
+        gemm_grouped(a, b[:1], "e4m3")
+    with pytest.raises(TypeError, match=r"b\[0\] must be a 2-D uint8"):
+        gemm_grouped(a, [b[0].astype(cp.int8), b[1]], "e4m3")
+    with pytest.raises(ValueError, match="one scale per GEMM"):
+        gemm_grouped(a, b, "e4m3", scale_a=[1.0])
+    with pytest.raises(ValueError, match=r"scale_b\[1\] must have shape \(2,\)"):
+        gemm_grouped(a, b, "e4m3", scaling="row_col", scale_a=[cp.ones(4), cp.ones(5)],
+                     scale_b=[cp.ones(3), cp.ones(3)])
+    with pytest.raises(ValueError, match="sequence of 2 per-GEMM scales for block"):
+        gemm_grouped(a, b, "e4m3", scaling="block")
+    with pytest.raises(ValueError, match="at least one GEMM"):
+        gemm_grouped([], [], "e4m3")
+    with pytest.raises(ValueError, match=r"C-contiguous \(5, 2\)"):
+        gemm_grouped(a, b, "e4m3", out=[cp.zeros((4, 3), cp.float32), cp.zeros((2, 5), cp.float32)])
+
+
 def test_captured_graph_survives_cache_turnover():
     """A CUDA graph captured from a gemm call keeps the device addresses of the tensor maps and
     scales that call used; more calls than the caches hold, then reuse of the freed memory, must

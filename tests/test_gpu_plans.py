@@ -1,5 +1,6 @@
 """Launch decisions of the GPU GEMM that need no GPU (the SM count is stubbed)."""
 
+import numpy as np
 import pytest
 
 import fp8lab.gpu.gemm as GM
@@ -48,3 +49,22 @@ def test_quantize_on_load_staging_matches_the_kernel():
     from fp8lab.gpu import _loader
     m = re.search(r"^#define QA_RAW (\d+)", _loader.source("gemm_wgmma.cu"), re.M)
     assert m and int(m.group(1)) * 16384 == GM._QA_RAW_BYTES
+
+
+def test_ragged_table_lists_each_gemm_and_its_first_tile():
+    # (M, N, K, ldc, C, sa, sb) per GEMM; an empty output and K = 0 get no tiles
+    rows = [(300, 200, 100, 200, 2 ** 40 + 16, 5, 7), (0, 5, 5, 5, 1, 1, 1), (128, 129, 256, 129, 3, 3, 3),
+            (7, 9, 0, 9, 1, 1, 1), (1, 1, 1, 1, 8, 8, 8)]
+    t = GM._ragged_table(rows)
+    G = len(rows)
+    assert t.dtype == np.int32 and t.size == 16 * G + G + 1
+    assert list(t[16 * G:]) == [0, 6, 6, 8, 8, 9]     # 3x2, 0, 1x2, 0, 1x1 tiles
+    for g, (M, N, K, ldc, c, pa, pb) in enumerate(rows):
+        r = t[16 * g:16 * g + 16]
+        assert list(r[:4]) == [M, N, K, ldc] and r[10] == -(-K // 128)
+        assert list(r[4:10].view(np.int64)) == [c, pa, pb]
+
+
+def test_ragged_table_refuses_int32_tile_overflow():
+    with pytest.raises(ValueError, match="output tiles"):
+        GM._ragged_table([(2 ** 20, 2 ** 20, 128, 2 ** 20, 0, 0, 0)] * 40)

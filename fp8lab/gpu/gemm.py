@@ -150,18 +150,22 @@ def _tmaps(a, b, es, c=None):
             _tmap_bytes(b.data.ptr, b.shape[0], b.shape[1], b.strides[0], es)
         if c is not None:
             host += _cmap_bytes(*c)
-        # copied from pinned memory, ordered on the current stream: no host synchronization, and
-        # a stream being captured into a CUDA graph records the copy (the pinned bytes are kept)
-        pinned = cp.cuda.alloc_pinned_memory(len(host))
-        staged = np.frombuffer(pinned, np.uint8, len(host))
-        staged[:] = np.frombuffer(host, np.uint8)
-        buf = cp.empty(len(host), cp.uint8)
-        cp.cuda.runtime.memcpyAsync(buf.data.ptr, staged.ctypes.data, len(host),
-                                    cp.cuda.runtime.memcpyHostToDevice,
-                                    cp.cuda.get_current_stream().ptr)
-        _tmap_cache.put(key, (buf, pinned))
-        return buf
+        _tmap_cache.put(key, _upload(host, cp))
+        return _tmap_cache.get(key)[0]
     return buf[0]
+
+
+def _upload(host: bytes, cp):
+    """(device copy of ``host``, its pinned staging memory). Copied from pinned memory, ordered on
+    the current stream: no host synchronization, and a stream being captured into a CUDA graph
+    records the copy (keep the pinned memory alive as long as the copy may be replayed)."""
+    pinned = cp.cuda.alloc_pinned_memory(len(host))
+    staged = np.frombuffer(pinned, np.uint8, len(host))
+    staged[:] = np.frombuffer(host, np.uint8)
+    buf = cp.empty(len(host), cp.uint8)
+    cp.cuda.runtime.memcpyAsync(buf.data.ptr, staged.ctypes.data, len(host),
+                                cp.cuda.runtime.memcpyHostToDevice, cp.cuda.get_current_stream().ptr)
+    return buf, pinned
 
 
 _work = BoundedCache(32)
@@ -315,7 +319,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else out
     launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
-                                                sb, dims[4], dims[5], dims[6], dims[7], ws) + _NO_FUSION,
+                                                sb, dims[4], dims[5], dims[6], dims[7], ws, _NULL) + _NO_FUSION,
                      smem))
     if splits > 1:
         r = _loader.kernel("gemm_wgmma.cu", f"splitk_reduce<{SCALINGS.index(scaling)}, "
@@ -504,20 +508,31 @@ def transpose(x):
 
 def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
                  out_dtype="float32", out=None):
-    """G scaled GEMMs of one shape in one launch: ``C[g] = (A[g] * sa[g]) @ (B[g] * sb[g])^T``.
+    """G scaled GEMMs in one launch: ``C[g] = (A[g] * sa[g]) @ (B[g] * sb[g])^T``.
 
     Parameters
     ----------
-    a : (G, M, K) uint8 codes of ``fmt_a``; b : (G, N, K) codes of ``fmt_b`` (the NT layout).
-    scale_a, scale_b : per GEMM, in the shapes of :func:`gemm` with a leading G: "tensor" a scalar
-        (every GEMM) or (G,); "row_col" (G, M) and (G, N); "block" (G, M, ceil(K/128)) and
-        (G, ceil(N/128), ceil(K/128)).
-    out_dtype, out : as :func:`gemm`; ``out`` is (G, M, N).
+    a, b : one shape: (G, M, K) uint8 codes of ``fmt_a`` and (G, N, K) codes of ``fmt_b`` (the NT
+        layout). Shapes that differ: sequences (list or tuple) of G 2-D arrays, ``a[g]`` (M_g, K_g)
+        and ``b[g]`` (N_g, K_g), row-major (a row stride is allowed).
+    scale_a, scale_b : per GEMM. One shape: those of :func:`gemm` with a leading G: "tensor" a
+        scalar (every GEMM) or (G,); "row_col" (G, M) and (G, N); "block" (G, M, ceil(K/128)) and
+        (G, ceil(N/128), ceil(K/128)). Sequences of arrays: a scalar (every GEMM, "tensor" only)
+        or a sequence of G scales, each in the shape :func:`gemm` takes for that GEMM.
+    out_dtype, out : as :func:`gemm`. One shape: ``out`` is (G, M, N). Sequences: ``out`` is
+        None or a sequence of G C-contiguous (M_g, N_g) arrays.
+
+    Returns
+    -------
+    ``out``: one (G, M, N) array, or a list of G (M_g, N_g) arrays (views of one buffer when
+    ``out`` is None).
 
     Same arithmetic as G calls of :func:`gemm` (the same kernel, its tiles spread over all G
     GEMMs), except where such a call would split K (few output tiles and K >= 2048, see
-    :data:`SPLIT_K`): the grouped launch never splits. On a GPU without wgmma (not sm_90) it runs
-    G calls of :func:`gemm`.
+    :data:`SPLIT_K`): the grouped launch never splits. Shapes that differ: each GEMM has its own
+    tensor maps and a row of a table the kernel reads to find the GEMM of a tile; e4m3/e5m2 pairs
+    run in one launch, other formats are decoded to fp16 first (one decode launch per operand).
+    On a GPU without wgmma (not sm_90) it runs G calls of :func:`gemm`.
     """
     import cupy as cp
 
@@ -525,6 +540,8 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     fa = get_format(fmt_a)
     fb = get_format(fmt_b if fmt_b is not None else fmt_a)
     _check_choices(scaling, out_dtype)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp)
     a, b = _as_cupy(a), _as_cupy(b)
     for name, x in (("a", a), ("b", b)):
         if x.dtype != cp.uint8 or x.ndim != 3:
@@ -564,6 +581,173 @@ def gemm_grouped(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="
     b2 = cp.ascontiguousarray(b).reshape(G * N, K)
     last_kernel = _wgmma_call(a2, b2, fa, fb, sa, sb, scaling, "nt", out_dtype, out, kb, cp, G)
     return out
+
+
+def _ragged_table(rows) -> np.ndarray:
+    """gemm_wgmma's ``gtab`` for GEMMs of different shapes: ``rows`` holds per GEMM (M, N, K, ldc,
+    C's address, sa's address, sb's address). 16 int32 words per GEMM (M, N, K, ldc, the three
+    addresses as 64-bit words, ceil(K/128)), then each GEMM's first tile and the total. A GEMM
+    with no output or K = 0 gets no tiles (the caller writes its zeros)."""
+    G = len(rows)
+    t = np.zeros(16 * G + G + 1, np.int32)
+    start = 0
+    for g, (M, N, K, ldc, c, pa, pb) in enumerate(rows):
+        r = t[16 * g:16 * g + 16]
+        r[:4] = (M, N, K, ldc)
+        r[4:10] = np.array([c, pa, pb], np.uint64).view(np.int32)
+        r[10] = -(-K // BLOCK)
+        t[16 * G + g] = start
+        if M and N and K:
+            start += (-(-M // 128)) * (-(-N // 128))
+        if start >= 2 ** 31:
+            raise ValueError(f"more than 2^31 - 1 output tiles of 128 x 128 in one grouped launch "
+                             f"(by GEMM {g}); split the group")
+    t[16 * G + G] = start
+    return t
+
+
+def _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp):
+    """:func:`gemm_grouped` on sequences of operands whose shapes may differ."""
+    global last_kernel
+    if not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)) or len(a) != len(b):
+        raise TypeError("a and b must both be 3-D arrays (GEMMs of one shape) or sequences of the "
+                        f"same length of 2-D arrays (shapes may differ); got {type(a).__name__} "
+                        f"and {type(b).__name__}")
+    G = len(a)
+    if G == 0:
+        raise ValueError("gemm_grouped needs at least one GEMM; got empty sequences")
+    a, b = [_as_cupy(x) for x in a], [_as_cupy(x) for x in b]
+    for name, xs in (("a", a), ("b", b)):
+        for g, x in enumerate(xs):
+            if x.dtype != cp.uint8 or x.ndim != 2:
+                raise TypeError(f"{name}[{g}] must be a 2-D uint8 CuPy array of codes, got {x.dtype} {x.shape}")
+            if x.size and x.strides[1] != 1:
+                raise ValueError(f"{name}[{g}] must be row-major (unit stride along its last axis)")
+    for g in range(G):
+        if a[g].shape[1] != b[g].shape[1]:
+            raise ValueError(f"GEMM {g}: a[{g}] is {a[g].shape} (M, K), b[{g}] must be (N, K) with the "
+                             f"same K, got {b[g].shape}")
+    shapes = [(x.shape[0], y.shape[0], x.shape[1]) for x, y in zip(a, b)]
+
+    def scales(s, name):
+        if not isinstance(s, (list, tuple)):
+            if scaling != "tensor":
+                raise ValueError(f"{name} must be a sequence of {G} per-GEMM scales for {scaling} "
+                                 "scaling (one scalar serves every GEMM only for tensor scaling)")
+            s = [s] * G
+        if len(s) != G:
+            raise ValueError(f"{name} must hold one scale per GEMM ({G}), got {len(s)}")
+        out_ = []
+        for g, (M, N, K) in enumerate(shapes):
+            kb = -(-K // BLOCK)
+            shape = {"tensor": ((1,), (1,)), "row_col": ((M,), (N,)),
+                     "block": ((M, kb), (-(-N // BLOCK), kb))}[scaling][name == "scale_b"]
+            out_.append(_scale(s[g], shape, f"{name}[{g}]"))
+        return out_
+
+    sa, sb = scales(scale_a, "scale_a"), scales(scale_b, "scale_b")
+    if out is None:   # one buffer; each GEMM's output 128-byte aligned (TMA stores)
+        odt = cp.dtype(cp.uint16 if out_dtype == "bfloat16" else out_dtype)
+        step = 128 // odt.itemsize
+        offs = np.cumsum([0] + [-(-M * N // step) * step for M, N, _ in shapes])
+        flat = cp.empty(int(offs[-1]), odt)
+        out = [flat[offs[g]:offs[g] + M * N].reshape(M, N) for g, (M, N, _) in enumerate(shapes)]
+    else:
+        if not isinstance(out, (list, tuple)) or len(out) != G:
+            raise ValueError(f"out must be None or a sequence of {G} arrays (one per GEMM)")
+        out = [_output(_as_cupy(o), (M, N), out_dtype, cp) for o, (M, N, _) in zip(out, shapes)]
+    for g, (M, N, K) in enumerate(shapes):
+        _empty_product(out[g], K)
+    if not any(M and N and K for M, N, K in shapes):
+        last_kernel = None
+        return out
+    if not _wgmma_ok():
+        for g, (M, N, K) in enumerate(shapes):
+            if M and N and K:
+                gemm(a[g], b[g], fa.name, fb.name, scale_a=sa[g], scale_b=sb[g], scaling=scaling,
+                     out_dtype=out_dtype, out=out[g])
+        return out
+    key = (cp.cuda.Device().id, fa.name, fb.name, scaling, out_dtype, TMA_STORE, WGMMA_OVERLAP,
+           tuple((x.data.ptr, x.shape, x.strides[0]) for x in a + b + out),
+           tuple(x.data.ptr for x in sa + sb))
+    plan = _plans.get(key)
+    if plan is None:
+        plan, replay = _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp)
+        if replay:
+            _plans.put(key, plan)
+    launches, last_kernel, _ = plan
+    for k, grid, block, args, smem in launches:
+        k(grid, block, args, shared_mem=smem)
+    return out
+
+
+def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
+    """((launches, kernel name), replayable) of :func:`_grouped_ragged`: the launches take fixed
+    arguments. FP8 pairs read the caller's codes (replayable) unless a row stride needs a padded
+    copy; other formats read fp16 copies decoded here (not replayable: made per call)."""
+    G = len(shapes)
+    fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
+    launches, keep = [], []
+
+    def operand(x, f):
+        if fp8:
+            if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= x.shape[1]:
+                return x
+            y = cp.zeros((x.shape[0], _kmajor_stride(x.shape[1])), cp.uint8)
+            y[:, :x.shape[1]] = x
+            return y[:, :x.shape[1]]
+        rows, K = x.shape
+        kp = _kmajor_stride(2 * K) // 2
+        y = cp.empty((rows, kp), cp.float16)   # decode_f16_rows zeroes the padding
+        tab = _device_table(("dec", f.name, "float16"),
+                            lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
+        work = rows * (kp // 8)
+        launches.append((_loader.kernel("gemm_wgmma.cu", "decode_f16_rows"),
+                             (max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
+                             (x, y, np.int32(rows), np.int32(K), np.int32(x.strides[0]), np.int32(kp), tab), 0))
+        return y[:rows, :K]
+
+    live = [g for g, (M, N, K) in enumerate(shapes) if M and N and K]
+    a2, b2 = {}, {}
+    for g in live:
+        a2[g], b2[g] = operand(a[g], fa), operand(b[g], fb)
+    replay = fp8 and all(a2[g] is a[g] and b2[g] is b[g] for g in live)
+    es = 1 if fp8 else 2
+    cmap = (TMA_STORE and out_dtype != "float32"
+            and all(out[g].data.ptr % 16 == 0 and (shapes[g][1] * 2) % 16 == 0 for g in live))
+    # every GEMM's maps (A's, B's, C's), in that order; GEMMs without tiles get A's of a live one
+    ref = live[0]
+    maps = bytearray()
+    for which in range(3 if cmap else 2):
+        for g in range(G):
+            h = g if g in a2 else ref
+            if which == 0:
+                x = a2[h]
+            elif which == 1:
+                x = b2[h]
+            else:
+                M, N, _ = shapes[h]
+                maps += _cmap_bytes(out[h], M, N, 1)
+                continue
+            maps += _tmap_bytes(x.data.ptr, x.shape[0], x.shape[1], x.strides[0], es)
+    rows = [(M, N, K, N, out[g].data.ptr, sa[g].data.ptr, sb[g].data.ptr) if g in a2 else (0, 0, 0, 0, 0, 0, 0)
+            for g, (M, N, K) in enumerate(shapes)]
+    tab = _ragged_table(rows)
+    dmaps, pm = _upload(bytes(maps), cp)
+    dtab, pt = _upload(tab.tobytes(), cp)
+    keep += [dmaps, pm, dtab, pt, a2, b2]
+    ta, tb = (_FP8_HW[fa.name], _FP8_HW[fb.name]) if fp8 else (2, 2)
+    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
+    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
+    tiles = int(tab[-1])
+    z = np.int32(0)
+    launches.append((k, (min(tiles, _sm_count()),), (384,),
+                     (dmaps, _NULL, z, z, z, z, sa[ref], sb[ref], z, np.int32(G), np.int32(cmap),
+                      np.int32(1), _NULL, dtab) + _NO_FUSION, smem))
+    # `keep`: what the launches' arguments point into, alive as long as the plan
+    return (launches, ("wgmma-fp8" if fp8 else "wgmma-f16"), keep), replay
 
 
 # --- fused quantize-on-load and epilogue ----------------------------------------------------------
@@ -787,7 +971,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     tiles = (-(-M // 128)) * (-(-N // 128))
     launch = (k, (min(tiles, _sm_count()),), (384,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
-              (out_, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
+              (out_, _NULL, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
 
 
