@@ -21,6 +21,7 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -673,18 +674,23 @@ def _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp)
     plan = _plans.get(key)
     if plan is None:
         plan, replay = _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp)
-        if replay:
-            _plans.put(key, plan)
+        # a plan that cannot be replayed is still held (under a key no call asks for) so that the
+        # pinned staging of its tensor maps outlives the asynchronous copy, as _tmaps' do
+        _plans.put(key if replay else ("once", next(_once)), plan)
     launches, last_kernel, _ = plan
     for k, grid, block, args, smem in launches:
         k(grid, block, args, shared_mem=smem)
     return out
 
 
+_once = itertools.count()
+
+
 def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
-    """((launches, kernel name), replayable) of :func:`_grouped_ragged`: the launches take fixed
-    arguments. FP8 pairs read the caller's codes (replayable) unless a row stride needs a padded
-    copy; other formats read fp16 copies decoded here (not replayable: made per call)."""
+    """((launches, kernel name, what they use), replayable) of :func:`_grouped_ragged`: the
+    launches take fixed arguments. FP8 pairs read the caller's codes, or a padded copy made here
+    where a row stride needs one (then not replayable: the copy is not a launch of the plan);
+    other formats read fp16 buffers of the plan written by its decode launches."""
     G = len(shapes)
     fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
     launches, keep = [], []
@@ -711,7 +717,7 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
     a2, b2 = {}, {}
     for g in live:
         a2[g], b2[g] = operand(a[g], fa), operand(b[g], fb)
-    replay = fp8 and all(a2[g] is a[g] and b2[g] is b[g] for g in live)
+    replay = not fp8 or all(a2[g] is a[g] and b2[g] is b[g] for g in live)
     es = 1 if fp8 else 2
     cmap = (TMA_STORE and out_dtype != "float32"
             and all(out[g].data.ptr % 16 == 0 and (shapes[g][1] * 2) % 16 == 0 for g in live))
