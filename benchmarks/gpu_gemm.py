@@ -412,7 +412,9 @@ RAGGED_BENCH = [(8192, 256, 256), (4096, 512, 256), (2048, 1024, 512), (8192, 12
 
 def check_grouped_ragged(log, shapes=RAGGED_CHECK, pairs=PAIRS):
     """gemm_grouped on sequences of different shapes == separate gemm calls, bit for bit (same
-    kernel and tile arithmetic), for every pair x scaling x out dtype; outputs poisoned first."""
+    kernel and tile arithmetic), for every pair x scaling x out dtype; outputs poisoned first.
+    Per case three calls: into given outputs, into its own, and the first again (its cached
+    plan replayed)."""
     import cupy as cp
     import fp8lab.gpu.codecs as G
     from fp8lab.gpu.gemm import gemm, gemm_grouped
@@ -431,12 +433,17 @@ def check_grouped_ragged(log, shapes=RAGGED_CHECK, pairs=PAIRS):
                              out_dtype=out_dtype, out=out)
                 got = gemm_grouped(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
                                    out_dtype=out_dtype)   # its own outputs (one buffer)
+                first = [o.copy() for o in out]
+                for o in out:
+                    o.fill(poison)
+                gemm_grouped(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
+                             out_dtype=out_dtype, out=out)   # the same call again: its cached plan
                 d = 0
+                u = cp.uint16 if out_dtype == "bfloat16" else cp.uint32
                 for i, (M, N, K) in enumerate(shapes):
                     want = gemm(a[i], b[i], fa, fb, scale_a=sa[i], scale_b=sb[i], scaling=scaling,
-                                out_dtype=out_dtype)
-                    u = cp.uint16 if out_dtype == "bfloat16" else cp.uint32
-                    d += int((out[i].view(u) != want.view(u)).sum()) + int((got[i].view(u) != want.view(u)).sum())
+                                out_dtype=out_dtype).view(u)
+                    d += sum(int((x[i].view(u) != want).sum()) for x in (first, got, out))
                 n += 1
                 if d:
                     bad += 1

@@ -635,7 +635,7 @@ def _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp)
             if scaling != "tensor":
                 raise ValueError(f"{name} must be a sequence of {G} per-GEMM scales for {scaling} "
                                  "scaling (one scalar serves every GEMM only for tensor scaling)")
-            s = [s] * G
+            return [_scale(s, (1,), name)] * G
         if len(s) != G:
             raise ValueError(f"{name} must hold one scale per GEMM ({G}), got {len(s)}")
         out_ = []
