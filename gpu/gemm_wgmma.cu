@@ -31,8 +31,9 @@
 // gtab[16g .. 16g + 15]: M, N, K, ldc, then 64-bit addresses of its C, sa and sb (words 4-9),
 // kblocks (word 10); gtab[16G + g] is its first tile (GEMMs in order, tiles of one GEMM
 // consecutive), gtab[16G + G] the total. Its tensor maps are A's at tmaps[128g], B's at
-// tmaps[128(G + g)] and C's ((N, M, 1), CMAP only) at tmaps[128(2G + g)]. The M, N, K, ldc,
-// kblocks and G arguments then describe nothing but G.
+// tmaps[128(G + g)] and C's ((N, M, 1), CMAP only) at tmaps[128(2G + g)]. Of the shape
+// arguments only G is read then (the count of GEMMs); C, M, N, K, ldc, kblocks, sa and sb come
+// from the table.
 //
 // Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0, OVL = 0): A is
 // given in high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K
