@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // Shapes of the GEMM a tile belongs to: the arguments' one, or (gtab) each GEMM's own, loaded
     // by tile_mn into these per-thread variables (and M, N, K, ldc, kblocks) as the thread moves on
     int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-    int per_gemm = tiles_m * tiles_n, per_group = WG_GROUP_M * tiles_n;
+    const int per_gemm = tiles_m * tiles_n;   // stacked GEMMs only
+    int per_group = WG_GROUP_M * tiles_n;
     int ktiles = (K + WG_BK - 1) / WG_BK;
     const int* gstart = gtab + 16 * G;   // gtab: each GEMM's first tile, then the total
     const int ntiles = gtab != nullptr ? gstart[G] : G * per_gemm * splits;

@@ -189,9 +189,10 @@ def _workspace(role, rows, cols, dtype, cp):
 
 def _k_major(x, es, cp, role="pad", whole_rows=False):
     """``x`` (rows, K) itself when TMA can read it (16-byte aligned base and row stride), else a
-    zero-padded copy with the row stride rounded up to 16 bytes. ``whole_rows``: also copy unless
-    each row can be read up to K rounded up to 16 bytes inside x's allocation (the
-    quantize-on-load reads 16-byte chunks and masks what lies past K)."""
+    zero-padded copy with the row stride rounded up to 16 bytes, in the workspace of ``role``
+    (None: a new buffer). ``whole_rows``: also copy unless each row can be read up to K rounded
+    up to 16 bytes inside x's allocation (the quantize-on-load reads 16-byte chunks and masks
+    what lies past K)."""
     rows, K = x.shape
     ok = x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es
     if ok and whole_rows:
@@ -199,7 +200,8 @@ def _k_major(x, es, cp, role="pad", whole_rows=False):
     if ok:
         return x
     kp = _kmajor_stride(K * es) // es
-    y = _workspace(role, rows, kp, x.dtype, cp)   # padding columns stay zero
+    # padding columns stay zero
+    y = cp.zeros((rows, kp), x.dtype) if role is None else _workspace(role, rows, kp, x.dtype, cp)
     y[:, :K] = x
     return y[:, :K]
 
@@ -228,18 +230,28 @@ def _transpose(b, cp, launches):
     return t[:, :K]
 
 
-def _decode_f16(x, f, cp, role):
+def _f16_table(f):
+    """The format's 256-entry code -> fp16 table on the device (uint16 bits), cached."""
+    return _device_table(("dec", f.name, "float16"),
+                         lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
+
+
+def _decode_f16(x, f, cp, role, launches=None):
     """(rows, K) codes -> (rows, K) float16 view of a buffer whose row stride is K rounded up to 8
-    elements (16 bytes; the padding is zero), decoded through the format's fp16 table."""
+    elements (16 bytes; the padding is zero), decoded through the format's fp16 table. The buffer:
+    the workspace of ``role`` (None: a new one). ``launches``: the ``decode_f16_rows`` launch is
+    appended there (with fixed arguments) instead of run now."""
     rows, K = x.shape
     kp = _kmajor_stride(2 * K) // 2
-    y = _workspace(role, rows, kp, cp.float16, cp)
-    tab = _device_table(("dec", f.name, "float16"),
-                        lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
-    k = _loader.kernel("gemm_wgmma.cu", "decode_f16_rows")
+    y = cp.empty((rows, kp), cp.float16) if role is None else _workspace(role, rows, kp, cp.float16, cp)
     work = rows * (kp // 8)
-    k((max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
-      (x, y, np.int32(rows), np.int32(K), np.int32(x.strides[0]), np.int32(kp), tab))
+    launch = (_loader.kernel("gemm_wgmma.cu", "decode_f16_rows"), (max(1, min(-(-work // 256), _sm_count() * 8)),),
+              (256,), (x, y, np.int32(rows), np.int32(K), np.int32(x.strides[0]), np.int32(kp), _f16_table(f)), 0)
+    if launches is None:
+        k, grid, block, args, _ = launch
+        k(grid, block, args)
+    else:
+        launches.append(launch)
     return y[:, :K]
 
 
@@ -255,9 +267,7 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
     kp = _kmajor_stride(2 * K) // 2
     ya = _workspace("ha", ra, kp, cp.float16, cp)
     yb = _workspace("hb", rb, kp, cp.float16, cp)
-    mk = lambda f: (lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
-    ta = _device_table(("dec", fa.name, "float16"), mk(fa))
-    tb = _device_table(("dec", fb.name, "float16"), mk(fb))
+    ta, tb = _f16_table(fa), _f16_table(fb)
     k = _loader.kernel("gemm_wgmma.cu", "decode_f16_pair")
     work = (ra + rb) * (kp // 8)
     consts = (np.int32(ra), np.int32(a.strides[0]), np.int32(rb), np.int32(b.strides[0]),
@@ -274,6 +284,13 @@ _NULL = np.uint64(0)
 # xcodes, xamax, bias, relu, os, ospec, ocodes, oamax
 _NO_FUSION = (_NULL, np.int64(0), np.uint32(0), np.uint32(0), _NULL, _NULL, np.int32(0), _NULL,
               np.uint32(0), np.uint32(0), _NULL)
+
+
+def _wg_smem(es: int, stages: int, cmap: bool) -> int:
+    """Dynamic shared memory of a gemm_wgmma launch: the stage ring (A and B tiles of 128 x 128
+    elements of ``es`` bytes), 1 KB for aligning it, and the two consumers' 16 KB C staging
+    buffers of the TMA-store epilogue."""
+    return stages * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
 
 
 def _wgmma_ok() -> bool:
@@ -312,7 +329,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
-    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
+    smem = _wg_smem(es, _STAGES[es], cmap)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
@@ -477,8 +494,7 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
     if kernel == "wgmma" or (kernel == "auto" and _wgmma_ok()):
         last_kernel = _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp)
         return out
-    ta = _device_table(("dec", fa.name, "float16"), lambda: np.ascontiguousarray(fa.decode_table("float16")).view(np.uint16))
-    tb = _device_table(("dec", fb.name, "float16"), lambda: np.ascontiguousarray(fb.decode_table("float16")).view(np.uint16))
+    ta, tb = _f16_table(fa), _f16_table(fb)
     k = _loader.kernel("gemm.cu", _instance(layout, scaling, out_dtype))
     grid = (-(-N // _TILE[1]), -(-M // _TILE[0]))
     k(grid, (256,), (a, b, out, np.int32(M), np.int32(N), np.int32(K), np.int32(a.strides[0]),
@@ -693,58 +709,32 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
     other formats read fp16 buffers of the plan written by its decode launches."""
     G = len(shapes)
     fp8 = fa.name in _FP8_HW and fb.name in _FP8_HW
-    launches, keep = [], []
-
-    def operand(x, f):
-        if fp8:
-            if x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= x.shape[1]:
-                return x
-            y = cp.zeros((x.shape[0], _kmajor_stride(x.shape[1])), cp.uint8)
-            y[:, :x.shape[1]] = x
-            return y[:, :x.shape[1]]
-        rows, K = x.shape
-        kp = _kmajor_stride(2 * K) // 2
-        y = cp.empty((rows, kp), cp.float16)   # decode_f16_rows zeroes the padding
-        tab = _device_table(("dec", f.name, "float16"),
-                            lambda: np.ascontiguousarray(f.decode_table("float16")).view(np.uint16))
-        work = rows * (kp // 8)
-        launches.append((_loader.kernel("gemm_wgmma.cu", "decode_f16_rows"),
-                             (max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
-                             (x, y, np.int32(rows), np.int32(K), np.int32(x.strides[0]), np.int32(kp), tab), 0))
-        return y[:rows, :K]
-
+    launches = []
+    # each GEMM's operands as the kernel reads them: the codes (or a padded copy), or fp16
+    operand = ((lambda x, f: _k_major(x, 1, cp, None)) if fp8 else
+               (lambda x, f: _decode_f16(x, f, cp, None, launches)))
     live = [g for g, (M, N, K) in enumerate(shapes) if M and N and K]
-    a2, b2 = {}, {}
-    for g in live:
-        a2[g], b2[g] = operand(a[g], fa), operand(b[g], fb)
+    a2 = {g: operand(a[g], fa) for g in live}
+    b2 = {g: operand(b[g], fb) for g in live}
     replay = not fp8 or all(a2[g] is a[g] and b2[g] is b[g] for g in live)
     es = 1 if fp8 else 2
     cmap = (TMA_STORE and out_dtype != "float32"
             and all(out[g].data.ptr % 16 == 0 and (shapes[g][1] * 2) % 16 == 0 for g in live))
-    # every GEMM's maps (A's, B's, C's), in that order; GEMMs without tiles get A's of a live one
+    # every GEMM's maps: A's, then B's, then C's; a GEMM without tiles gets a live one's
     ref = live[0]
-    maps = bytearray()
-    for which in range(3 if cmap else 2):
-        for g in range(G):
-            h = g if g in a2 else ref
-            if which == 0:
-                x = a2[h]
-            elif which == 1:
-                x = b2[h]
-            else:
-                M, N, _ = shapes[h]
-                maps += _cmap_bytes(out[h], M, N, 1)
-                continue
-            maps += _tmap_bytes(x.data.ptr, x.shape[0], x.shape[1], x.strides[0], es)
+    src = [g if g in a2 else ref for g in range(G)]
+    tm = lambda x: _tmap_bytes(x.data.ptr, x.shape[0], x.shape[1], x.strides[0], es)
+    maps = (b"".join(tm(a2[h]) for h in src) + b"".join(tm(b2[h]) for h in src)
+            + (b"".join(_cmap_bytes(out[h], shapes[h][0], shapes[h][1], 1) for h in src) if cmap else b""))
     rows = [(M, N, K, N, out[g].data.ptr, sa[g].data.ptr, sb[g].data.ptr) if g in a2 else (0, 0, 0, 0, 0, 0, 0)
             for g, (M, N, K) in enumerate(shapes)]
     tab = _ragged_table(rows)
-    dmaps, pm = _upload(bytes(maps), cp)
+    dmaps, pm = _upload(maps, cp)
     dtab, pt = _upload(tab.tobytes(), cp)
-    keep += [dmaps, pm, dtab, pt, a2, b2]
+    keep = [dmaps, pm, dtab, pt, a2, b2]
     ta, tb = (_FP8_HW[fa.name], _FP8_HW[fb.name]) if fp8 else (2, 2)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
-    smem = _STAGES[es] * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
+    smem = _wg_smem(es, _STAGES[es], cmap)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     tiles = int(tab[-1])
@@ -959,9 +949,9 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     maps = _tmaps(a2, b2, 1, (out, M, N, 1) if cmap else None)
     k = _loader.kernel("gemm_wgmma.cu", _fused_instance(ta, tb, out_dtype, qa))
     if qa:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
-        smem = _QA_STAGES * 2 * 128 * 128 + 1024 + 2 * 16384 + _QA_RAW_BYTES
+        smem = _wg_smem(1, _QA_STAGES, True) + _QA_RAW_BYTES
     else:
-        smem = _STAGES[1] * 2 * 128 * 128 + 1024 + (2 * 16384 if cmap else 0)
+        smem = _wg_smem(1, _STAGES[1], cmap)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     xspec, xcodes = _cvt_params(fa, sat_a) if qa else (np.uint32(0), np.uint32(0))
