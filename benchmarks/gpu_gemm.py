@@ -208,15 +208,12 @@ def bench(log, shapes=SHAPES, kernel="auto"):
     return rows
 
 
-_V = ("WGMMA_OVERLAP", "TMA_STORE", "SPLIT_K", "CLUSTER_M")
-VARIANTS = {"v0": dict(zip(_V, (False, False, False, 1))),
-            "v1": dict(zip(_V, (True, False, False, 1))),
-            "v2": dict(zip(_V, (True, True, False, 1))),
-            "v3": dict(zip(_V, (True, True, True, 1))),
-            "v4": dict(zip(_V, (True, True, True, 2)))}
-#: variant -> the variant whose outputs it must reproduce bit for bit (split-K changes the order
-#: of the fp32 sums; clusters take the same split decisions as v3)
-SAME_BITS = {"v1": "v0", "v2": "v0", "v4": "v3"}
+VARIANTS = {"v0": {"WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False},
+            "v1": {"WGMMA_OVERLAP": True, "TMA_STORE": False, "SPLIT_K": False},
+            "v2": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": False},
+            "v3": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True}}
+#: variants that must reproduce v0 bit for bit (split-K changes the order of the fp32 sums)
+SAME_BITS = ("v1", "v2")
 
 
 def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 3456, 512),
@@ -224,9 +221,9 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                                  (512, 3456, 8192), (256, 512, 8192))):
     """Kernel variants side by side with cuBLASLt (flags of fp8lab.gpu.gemm, :data:`VARIANTS`):
     v0 issue-wait-promote with direct stores, v1 overlapped promotion, v2 v1 + TMA-store epilogue,
-    v3 v2 + split-K, v4 v3 + clusters of two CTAs sharing B. e4m3 NT per-tensor and block-scaled,
-    hif8 NT; bfloat16 out. The outputs of the :data:`SAME_BITS` variants must be bit-identical to
-    their reference variant's; v3's are compared by their error against v0 (max |diff| / max |v0|)."""
+    v3 v2 + split-K. e4m3 NT per-tensor and block-scaled, hif8 NT; bfloat16 out. The outputs of
+    the :data:`SAME_BITS` variants must be bit-identical to v0's; v3's are compared by their
+    error against v0 (max |diff| / max |v0|)."""
     import cupy as cp
     import torch
     import fp8lab.gpu.codecs as G
@@ -252,7 +249,7 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                      ("hif8", ha, hb, "tensor", 1.0, 1.0)]
             row, same = {}, []
             for name, x, y, sc, s1, s2 in cases:
-                outs = {}
+                ref = None
                 for v in names:
                     for k, val in VARIANTS[v].items():
                         setattr(GM, k, val)
@@ -261,15 +258,15 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                     row[(name, v)] = fl / _timeit(cp, lambda: GM.gemm(
                         x, y, fmt, scale_a=s1, scale_b=s2, scaling=sc, out_dtype="bfloat16",
                         out=out)) / 1e12
-                    outs[v] = out
-                    if v in SAME_BITS:
-                        same.append(bool((out == outs[SAME_BITS[v]]).all()))
-                    elif v == "v3":
-                        ref = outs["v0"]
+                    if ref is None:
+                        ref = out
+                    elif v in SAME_BITS:
+                        same.append(bool((out == ref).all()))
+                    else:
                         f32 = lambda u: (u.astype(cp.uint32) << 16).view(cp.float32)
                         d = float(cp.abs(f32(out) - f32(ref)).max() / cp.abs(f32(ref)).max())
                         row[(name, v, "diff")] = d
-                del outs
+                del ref
             bad += same.count(False)
             log(f"{M:>6d}x{N:>5d}x{K:>5d} {lt:9.0f} " + " ".join(
                 f"{row[(n, v)]:9.0f}" for n in ("e4m3", "blk", "hif8") for v in names)
@@ -338,63 +335,6 @@ def accuracy(log, M=2048, N=2048, ks=(1024, 8192, 65536)):
 def run(rng, res, log):
     res["gemm_check_failures"] = check(log)
     res["gemm_bench"] = bench(log)
-
-
-def check_clusters(log, shapes=((256, 264, 520), (2100, 136, 300), (512, 200, 130), (4096, 256, 1024)),
-                   grouped=((2, 256, 264, 300), (3, 2100, 136, 200))):
-    """Launches in clusters of two CTAs (``CLUSTER_M`` = 2) against the same calls without
-    (``CLUSTER_M`` = 1), bit for bit, for every pair x layout x scaling x out dtype, and stacked
-    grouped calls; each shape must actually be launched in clusters on this device. 2100 rows:
-    17 tile rows, so the last pair's second tile lies past M (computed, not stored)."""
-    import cupy as cp
-    import fp8lab.gpu.codecs as G
-    import fp8lab.gpu.gemm as GM
-    saved = GM.CLUSTER_M
-    bad = n = 0
-
-    def both(call):
-        res = []
-        for mc in (1, 2):
-            GM.CLUSTER_M = mc
-            res.append(call())
-        return res
-
-    try:
-        GM.CLUSTER_M = 2
-        for (g, M, N, K) in [(1,) + s for s in shapes] + list(grouped):
-            k, _ = GM._wg_kernel(0, 0, "tensor", "bfloat16", GM._wg_smem(1, GM._STAGES[1], True), g,
-                                 -(-M // 128), -(-N // 128), 1)
-            if not isinstance(k, GM._ClusterLaunch):
-                bad += 1
-                log(f"CLUSTER NOT USED for G={g} {M}x{N}x{K}")
-        for (M, N, K) in shapes:
-            for fa, fb in PAIRS:
-                a = _codes(cp, G, (M, K), fa)
-                for layout in GM.LAYOUTS:
-                    b = _codes(cp, G, (N, K) if layout == "nt" else (K, N), fb)
-                    for scaling in GM.SCALINGS:
-                        sa, sb = _make_scales(cp, scaling, M, N, K)
-                        for od in GM.OUT_DTYPES:
-                            c1, c2 = both(lambda: GM.gemm(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
-                                                          layout=layout, out_dtype=od))
-                            n += 1
-                            d = int((c1.view(cp.uint8) != c2.view(cp.uint8)).sum())
-                            if d:
-                                bad += 1
-                                log(f"CLUSTER MISMATCH {M}x{N}x{K} {fa}x{fb} {layout} {scaling} {od}: {d} bytes")
-        for (g, M, N, K) in grouped:
-            for fa, fb in PAIRS[:2]:
-                a, b = _codes(cp, G, (g, M, K), fa), _codes(cp, G, (g, N, K), fb)
-                for od in ("float32", "bfloat16"):
-                    c1, c2 = both(lambda: GM.gemm_grouped(a, b, fa, fb, scale_a=0.5, scale_b=2.0, out_dtype=od))
-                    n += 1
-                    if bool((c1.view(cp.uint8) != c2.view(cp.uint8)).any()):
-                        bad += 1
-                        log(f"CLUSTER MISMATCH grouped G={g} {M}x{N}x{K} {fa}x{fb} {od}")
-    finally:
-        GM.CLUSTER_M = saved
-    log(f"cluster check: {n} cases, {bad} failures (clusters of 2 vs none, bit for bit)")
-    return bad
 
 
 def check_grouped(log, cases=((5, 130, 200, 300), (3, 256, 128, 256), (2, 1, 1, 1))):
@@ -551,7 +491,6 @@ def main(argv=None):
     ap.add_argument("--kernel", default="auto", help="auto, wgmma or mma")
     ap.add_argument("--grouped", action="store_true", help="grouped GEMM check and benchmark")
     ap.add_argument("--shapes", default=None, help="bench shapes, e.g. 8192x8192x8192,2048x1024x1024")
-    ap.add_argument("--clusters", action="store_true", help="clusters of two CTAs vs none, bit for bit")
     ap.add_argument("--variants", action="store_true",
                     help="wgmma kernel variants side by side, vs cuBLASLt")
     ap.add_argument("--accuracy", action="store_true",
@@ -571,8 +510,6 @@ def main(argv=None):
         check_grouped_ragged(print)
         bench_grouped(print)
         bench_grouped_ragged(print)
-    if a.clusters:
-        check_clusters(print)
     if a.check:
         check(print, kernel=a.kernel)
     if a.variants:

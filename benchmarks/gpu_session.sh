@@ -8,14 +8,13 @@
 # Stages (default limits): quantize (150) tests/test_gpu_quantize.py; gemm (200)
 # tests/test_gpu_gemm.py; grouped (150) gpu_gemm.py --grouped; fused (300) tests/test_gpu_fused.py;
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
-# shapes; gemm-bench (300) gpu_gemm.py --bench; clusters (200) gpu_gemm.py --clusters; variants
-# (400) gpu_gemm.py --variants. gemm_wgmma.cu's instances are compiled first in
+# shapes; gemm-bench (300) gpu_gemm.py --bench. gemm_wgmma.cu's instances are compiled first in
 # the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
 # `pgrep -f`, which matches the shell running this command's own text).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench clusters variants"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -61,8 +60,6 @@ for arg in "$@"; do
     fused-check) run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_fused.py --check ;;
     fused-bench) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_fused.py --bench --shapes 16384x512x512,2048x1024x1024,8192x256x256 ;;
     gemm-bench)  run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --bench ;;
-    clusters)    run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_gemm.py --clusters ;;
-    variants)    run_stage "$name" "${limit:-400}" python3 benchmarks/gpu_gemm.py --variants ;;
   esac
 done
 [ $warmed = 1 ] || kill "$warm_pid" 2>/dev/null

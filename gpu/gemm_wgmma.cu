@@ -25,13 +25,6 @@
 // of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G) map at tmaps[256..383])
 // and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
-// MC = 2 (thread block clusters of two CTAs along x; no table, no split, QA = 0): a work item is
-// a pair of vertically adjacent tiles (tile rows 2i, 2i + 1) that share their B tile. Each CTA
-// loads its own A tile; CTA 0 of the cluster loads B into the stage of both CTAs (TMA multicast),
-// so 3 operand tiles instead of 4 cross from L2 per pair and K-tile. A stage is free again when
-// the consumers of both CTAs have released it (each consumer warp arrives on the empty barrier of
-// every CTA); each producer waits at the end for the last releases, so no CTA exits while the
-// other may still arrive on its barriers. Same arithmetic per tile: bit-identical to MC = 1.
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
 // gtab != null: G GEMMs of any shapes in one launch (QA = 0, no split). GEMM g's record is
@@ -91,19 +84,6 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
         asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      " selp.u32 %0, 1, 0, p;\n}" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
     } while (!ok);
-}
-// the same box written at the same offset into the shared memory of every CTA of the cluster in
-// `mask`, each CTA's barrier at `bar`'s offset receiving its bytes
-__device__ __forceinline__ void tma_load_2d_mc(u32 dst, u64 tmap, int x, int y, u32 bar, u16 mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;"
-                 :: "r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
-}
-// arrive on the barrier at offset `bar` of CTA `rank` of the cluster
-__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(r) : "memory");
 }
 __device__ __forceinline__ void tma_load_2d(u32 dst, u64 tmap, int x, int y, u32 bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -166,7 +146,7 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
     return h;
 }
 
-template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0, int MC = 1>
+template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
         const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G, int cmap,
@@ -176,7 +156,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         u32 ocodes, u32* __restrict__ oamax) {
     static_assert(QA == 0 || (SCALE == 0 && OVL == 0 && TA < 2 && TB < 2), "quantize-on-load: FP8, tensor scales");
     static_assert(OUT < 3 || TA < 2, "8-bit outputs: FP8 operands");
-    static_assert(MC == 1 || (MC == 2 && QA == 0), "clusters: of 2, operands as codes");
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
     constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
@@ -189,11 +168,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 
     // Shapes of the GEMM a tile belongs to: the arguments' one, or (gtab) each GEMM's own, loaded
     // by tile_mn into these per-thread variables (and M, N, K, ldc, kblocks) as the thread moves on
-    // MC = 2: a work item is a pair of vertically adjacent tiles (tile rows 2i and 2i + 1, the
-    // second past M when the tile rows are odd), one per CTA of the cluster; tiles_m counts pairs
-    const int crank = MC > 1 ? (int)(blockIdx.x % MC) : 0;   // rank in the (MC, 1, 1) cluster
-    const int cfirst = blockIdx.x / MC, cstride = gridDim.x / MC;   // work items: cfirst, + cstride...
-    int tiles_m = ((M + WG_BM - 1) / WG_BM + MC - 1) / MC, tiles_n = (N + WG_BN - 1) / WG_BN;
+    int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
     const int per_gemm = tiles_m * tiles_n;   // stacked GEMMs only
     int per_group = WG_GROUP_M * tiles_n;
     int ktiles = (K + WG_BK - 1) / WG_BK;
@@ -224,7 +199,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
         const int first_m = (tile / per_group) * WG_GROUP_M;
         const int gsz = min(tiles_m - first_m, WG_GROUP_M);
-        tm = (first_m + (tile % per_group) % gsz) * MC + crank;
+        tm = first_m + (tile % per_group) % gsz;
         tn = (tile % per_group) / gsz;
     };
     const int wg = threadIdx.x >> 7;
@@ -239,16 +214,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
             mbar_init(smem_u32(&full_bar[s]), QA ? 5 : 1);   // QA: B's transaction + 4 converter warps
-            mbar_init(smem_u32(&empty_bar[s]), 8 * MC);   // the consumer warps of every CTA
+            mbar_init(smem_u32(&empty_bar[s]), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (MC > 1) {   // every CTA's barriers initialized before any CTA reaches another's
-        asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    } else {
-        __syncthreads();
-    }
+    __syncthreads();
 
     // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
     // producer already loads the next tile while the consumers run the epilogue.
@@ -287,7 +257,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 if (++p.h < NP) return p;
                 p.h = 0;
                 if (++p.kt < p.kend) return p;
-                return at_tile(p.tile + cstride);
+                return at_tile(p.tile + gridDim.x);
             };
             // A pass's PASS 16-byte chunks, copied by this thread from global memory into its own
             // slots of staging buffer `slot` (cp.async, zero-filled outside A; no registers held
@@ -446,7 +416,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             };
             // QA_RAW passes in flight: pass n + QA_RAW - 1 is issued before pass n is converted
             // (into the slot pass n - 1 used: this thread's own chunks, already read back)
-            QPos pi = at_tile(cfirst), pp = pi;
+            QPos pi = at_tile(blockIdx.x), pp = pi;
             for (int d = 0; d < QA_RAW - 1; d++) {
                 issue_pass(pi, d);
                 if (pi.ok) pi = advance(pi);
@@ -465,7 +435,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         if (threadIdx.x == 0) {
             int it = 0;
             u64 ta = 0;
-            for (int tile = cfirst; tile < ntiles; tile += cstride) {
+            for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
                 int g, tm, tn, sp, kb0, nk;
                 tile_mn(tile, g, tm, tn, sp, kb0, nk);
                 const u64 tb = tmap_of(1, g);
@@ -488,16 +458,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     for (int a = 0; a < ES; a++) {
                         const int x = kt * WG_BK + a * (WG_BK / ES);
                         tma_load_2d(dA + a * ATOM, ta, x, m0, fb);
-                        // MC = 2: both CTAs need this B tile; CTA 0 loads it into both
-                        if (MC == 1) tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
-                        else if (crank == 0) tma_load_2d_mc(dB + a * ATOM, tb, x, n0, fb, (u16)((1u << MC) - 1));
+                        tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
                     }
                 }
-            }
-            // MC = 2: the other CTA's consumers arrive on this CTA's empty barriers until their
-            // last K-tile; this CTA's shared memory must outlive those arrivals
-            if (MC > 1) {
-                for (int j = max(0, it - ST); j < it; j++) mbar_wait(smem_u32(&empty_bar[j % ST]), (j / ST) & 1);
             }
         }
         return;
@@ -525,7 +488,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
     };
     int it = 0;
-    for (int tile = cfirst; tile < ntiles; tile += cstride) {
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int g, tm, tn, sp, kb0, nk;
         tile_mn(tile, g, tm, tn, sp, kb0, nk);
         const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // inside GEMM g
@@ -583,13 +546,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
         };
-        // stage s read: free for this CTA's producer (and, MC = 2, for the other CTA's, which
-        // writes B into it)
-        auto release = [&](int s) {
-            if (lane != 0) return;
-            if (MC == 1) mbar_arrive(smem_u32(&empty_bar[s]));
-            else for (int r = 0; r < MC; r++) mbar_arrive_cluster(smem_u32(&empty_bar[s]), r);
-        };
+        auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
         if (!OVL) {
             for (int kt = 0; kt < nk; kt++, it++) {
                 float s0, s1;
@@ -686,7 +643,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             named_sync(1 + cw, 128);
-            if (t == 0 && m0 + cw * 64 < M) {   // (MC = 2: a pair's second tile may lie past M)
+            if (t == 0) {
                 const int z = gtab != nullptr ? 0 : g;   // gtab: C's maps are (N, M, 1)
                 tma_store_3d(tc, stage_c, n0, m0 + cw * 64, z);
                 tma_store_3d(tc, stage_c + 8192, n0 + 64, m0 + cw * 64, z);

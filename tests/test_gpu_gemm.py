@@ -117,14 +117,6 @@ def test_grouped_equals_separate_calls():
     assert gpu_gemm.check_grouped(print, cases=((3, 130, 200, 300), (2, 1, 1, 1))) == 0
 
 
-def test_clusters_of_two_reproduce_single_ctas():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import gpu_gemm
-    # 2100 rows: 17 tile rows, the last pair's second tile past M (computed, never stored)
-    assert gpu_gemm.check_clusters(print, shapes=((2100, 136, 300), (512, 200, 130)),
-                                   grouped=((3, 2100, 136, 200),)) == 0
-
-
 def test_grouped_shape_errors():
     import cupy as cp
     from fp8lab.gpu.gemm import gemm_grouped

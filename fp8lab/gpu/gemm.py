@@ -63,16 +63,10 @@ TMA_STORE = True
 WGMMA_OVERLAP = True
 
 
-#: pairs of vertically adjacent output tiles run on the two CTAs of a thread block cluster, which
-#: load their common B tile once (TMA multicast into both): L2 -> SM traffic per tile pair falls
-#: from 4 to 3 operand tiles (``MC`` in gpu/gemm_wgmma.cu). 1: no clusters. Same results bit for bit.
-CLUSTER_M = 2
-
-
-def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None, mc: int = 1) -> str:
+def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None) -> str:
     ovl = WGMMA_OVERLAP if ovl is None else ovl
     return (f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
-            f"{_STAGES[2 if ta == 2 else 1]}, {int(ovl)}" + (f", 0, {mc}>" if mc > 1 else ">"))
+            f"{_STAGES[2 if ta == 2 else 1]}, {int(ovl)}>")
 
 
 def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
@@ -89,7 +83,6 @@ def _wg_instances() -> list[str]:
              if qa or o not in OUT_DTYPES]
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
-    plain += [_wg_instance(ta, tb, s, o, True, 2) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES]
     others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1, 0>", "fp8q_check<2, 0>",
               "fp8q_check<1, 1>", "fp8q_check<2, 1>"]
     return plain + fused + others + [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS))
@@ -335,12 +328,14 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     cmap = (TMA_STORE and splits == 1 and out_dtype != "float32" and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None)
+    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
     smem = _wg_smem(es, _STAGES[es], cmap)
-    k, grid = _wg_kernel(ta, tb, scaling, out_dtype, smem, G, -(-M // 128), -(-N // 128), splits)
+    if k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
             np.int32(cmap), np.int32(splits))
     ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else out
-    launches.append((k, (grid,), (384,),
+    launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
                                                 sb, dims[4], dims[5], dims[6], dims[7], ws, _NULL) + _NO_FUSION,
                      smem))
@@ -354,108 +349,6 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     # separate decode made here)
     replay = (a2 is a and b2 is bt) if fp8 else FUSED_DECODE
     return launches, ("wgmma-fp8" if fp8 else "wgmma-f16"), replay
-
-
-def _wg_kernel(ta, tb, scaling, out_dtype, smem, G, tiles_m, tiles_n, splits):
-    """(kernel, grid) of a gemm_wgmma launch without a table: clusters of two CTAs on pairs of tile
-    rows (:data:`CLUSTER_M`) when there is no split, at least two tile rows and, for an odd
-    count, at least 16 (the pair past the last row computes a tile it does not store), and the
-    device can run such clusters; else one CTA per tile. Persistent: no more CTAs than run at
-    once."""
-    mc = 2 if (CLUSTER_M == 2 and splits == 1 and tiles_m >= 2 and (tiles_m % 2 == 0 or tiles_m >= 16)) else 1
-    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype, mc=mc))
-    if k.max_dynamic_shared_size_bytes < smem:
-        k.max_dynamic_shared_size_bytes = smem
-    if mc > 1:
-        kc = _ClusterLaunch(k, mc)
-        fit = kc.max_clusters(384, smem)
-        if fit:
-            return kc, min(G * (-(-tiles_m // mc)) * tiles_n, fit) * mc
-        # no cluster fits: the same tiles one CTA each
-        k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
-        if k.max_dynamic_shared_size_bytes < smem:
-            k.max_dynamic_shared_size_bytes = smem
-    return k, min(G * tiles_m * tiles_n * splits, _sm_count())
-
-
-class _ClusterLaunch:
-    """A CuPy RawKernel launched in clusters of ``size`` CTAs along x (cuLaunchKernelEx through
-    the driver library, which CuPy's launch does not reach); called like the kernel, on the
-    current stream (so a stream being captured into a CUDA graph records it)."""
-
-    _lib = None
-
-    def __init__(self, k, size: int):
-        import ctypes
-        if _ClusterLaunch._lib is None:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuLaunchKernelEx.restype = ctypes.c_int
-            lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
-            _ClusterLaunch._lib = lib
-        self.k, self.size, self.fn = k, size, ctypes.c_void_p(k.kernel.ptr)
-
-    def _config(self, grid, block, smem, stream):
-        import ctypes
-        attr = _LaunchAttr()
-        attr.id = 4   # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.dim[:] = (self.size, 1, 1)
-        cfg = _LaunchConfig(grid, 1, 1, block, 1, 1, smem, ctypes.c_void_p(stream),
-                            ctypes.pointer(attr), 1)
-        return cfg, attr
-
-    def max_clusters(self, block: int, smem: int) -> int:
-        """Clusters of this size that the device can run at once (0 where none fit)."""
-        import ctypes
-        cfg, _attr = self._config(self.size, block, smem, 0)
-        n = ctypes.c_int(0)
-        r = self._lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), self.fn, ctypes.byref(cfg))
-        return n.value if r == 0 else 0
-
-    def __call__(self, grid, block, args, shared_mem=0):
-        import ctypes
-        import cupy as cp
-        vals = [_c_arg(a) for a in args]
-        params = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-        cfg, _attr = self._config(grid[0], block[0], shared_mem, cp.cuda.get_current_stream().ptr)
-        r = self._lib.cuLaunchKernelEx(ctypes.byref(cfg), self.fn, params, None)
-        if r != 0:
-            raise RuntimeError(f"cuLaunchKernelEx (clusters of {self.size}) failed with CUresult {r}")
-
-
-def _c_arg(a):
-    """A kernel argument as the ctypes value cuLaunchKernelEx reads: device arrays by pointer,
-    NumPy scalars by value."""
-    import ctypes
-    if hasattr(a, "data") and hasattr(a.data, "ptr"):
-        return ctypes.c_void_p(a.data.ptr)
-    kinds = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
-             "uint64": ctypes.c_uint64, "float32": ctypes.c_float}
-    t = kinds.get(a.dtype.name) if isinstance(a, np.generic) else None
-    if t is None:
-        raise TypeError(f"kernel argument of type {type(a).__name__} is not marshalled for a cluster launch")
-    return t(a.item())
-
-
-def _launch_types():
-    """ctypes layouts of the driver's CUlaunchAttribute (the cluster-dimension member of its value
-    union, padded to the union's 64 bytes) and CUlaunchConfig."""
-    import ctypes
-
-    class Value(ctypes.Union):
-        _fields_ = [("pad", ctypes.c_char * 64), ("dim", ctypes.c_uint32 * 3)]
-
-    class Attr(ctypes.Structure):
-        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", Value)]
-
-    u = ctypes.c_uint32
-
-    class Config(ctypes.Structure):
-        _fields_ = [("gx", u), ("gy", u), ("gz", u), ("bx", u), ("by", u), ("bz", u), ("smem", u),
-                    ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(Attr)), ("nattrs", u)]
-    return Attr, Config
-
-
-_LaunchAttr, _LaunchConfig = _launch_types()
 
 
 #: split-K for products with few output tiles and a long K (``splits`` in gpu/gemm_wgmma.cu): the
@@ -489,7 +382,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, CLUSTER_M)
+           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
