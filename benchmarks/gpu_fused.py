@@ -162,6 +162,40 @@ def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 2
     return bad
 
 
+def check_repeat(log, shapes=((1100, 384, 700), (16384, 512, 512), (2048, 1024, 1024), (8192, 256, 256)),
+                 kinds=("bfloat16", "float32")):
+    """Quantize-on-load calls in a row on one shape (the kernel's unit counters and code buffer are
+    reused from call to call), each against gemm_fused(kernel="composed") bit for bit, outputs and
+    amax_a: a new input at a power-of-two scale, another at another scale, the first again."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    from fp8lab.gpu.gemm import gemm_fused
+    rng = np.random.default_rng(11)
+    bad = n = 0
+    for M, N, K in shapes:
+        b = G.encode(cp.asarray(rng.standard_normal((N, K)).astype(np.float32)), "e4m3", saturate=True)
+        xs = [(rng.standard_normal((M, K)) * (1 + i)).astype(np.float32) for i in range(2)]
+        xs[1][M // 2, :3] = [np.nan, np.inf, 5e4]
+        for kind in kinds:
+            for x, sa in ((xs[0], 2.0 ** -4), (xs[1], 0.0217), (xs[0], 2.0 ** -4)):
+                a = (cp.asarray(x.view(np.uint32) >> 16).astype(cp.uint16) if kind == "bfloat16"
+                     else cp.asarray(x))
+                res = []
+                for kernel in ("fused", "composed"):
+                    am = cp.zeros(1, cp.float32)
+                    c = gemm_fused(a, b, "e4m3", scale_a=cp.full(1, np.float32(sa), cp.float32), amax_a=am,
+                                   out_dtype="bfloat16", bfloat16=kind == "bfloat16", kernel=kernel, check=False)
+                    res.append((c, am))
+                d = _same(res[0][0], res[1][0])
+                da = int(res[0][1].get().view(np.uint32)[0] != res[1][1].get().view(np.uint32)[0])
+                n += 1
+                if d or da:
+                    bad += 1
+                    log(f"MISMATCH repeated fused {M}x{N}x{K} a={kind} scale={sa}: {d} outputs, amax_a {da}")
+        log(f"repeated fused calls: shape {M}x{N}x{K} ({n} cases so far, {bad} with mismatches)")
+    return bad
+
+
 def _graph_time(cp, torch, fn, reps=20, n=20):
     """GPU seconds per call of ``fn``: a CUDA graph of ``n`` calls (captured on a torch stream that
     CuPy launches on too), replayed; median over ``reps``."""
@@ -281,6 +315,7 @@ def main(argv=None):
     if a.check:
         bad += check_convert(print)
         bad += check_gemm(print)
+        bad += check_repeat(print)
     if a.bench:
         shapes = BENCH_SHAPES if a.shapes is None else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
         bench(print, shapes)

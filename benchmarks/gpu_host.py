@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-_EMPTY = r"""extern "C" __global__ void empty25(const void* a, void* b, int c, int d, int e, int f,
+_EMPTY = r"""extern "C" __global__ void empty29(const void* a, void* b, int c, int d, int e, int f,
     const float* g, const float* h, int i, int j, int k, int l, float* m, const int* n, const void* o,
     long long p, unsigned q, unsigned r, unsigned* s, const float* t, int u, const float* v,
-    unsigned w, unsigned x, unsigned* y) {}"""
+    unsigned w, unsigned x, unsigned* y, unsigned char* z, int z1, unsigned* z2, int z3) {}"""
 
 
 def _host_us(cp, fn, n=1000, rounds=5):
@@ -51,11 +51,11 @@ def _calls(M=128, N=128, K=128):
     ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
     tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
     one = torch.ones((), device="cuda")
-    k = cp.RawKernel(_EMPTY, "empty25")
+    k = cp.RawKernel(_EMPTY, "empty29")
     p = cp.empty(1, cp.float32)
     args = (p, p, np.int32(1), np.int32(1), np.int32(1), np.int32(1), p, p, np.int32(1), np.int32(1),
             np.int32(1), np.int32(1), p, p, p, np.int64(0), np.uint32(0), np.uint32(0), p, p,
-            np.int32(0), p, np.uint32(0), np.uint32(0), p)
+            np.int32(0), p, np.uint32(0), np.uint32(0), p, p, np.int32(0), p, np.int32(0))
     return {
         "fp8lab gemm (e4m3, bf16 out, out given)": lambda: gemm(a, b, "e4m3", out_dtype="bfloat16", out=out),
         "fp8lab gemm (scale on the device)": lambda: gemm(a, b, "e4m3", scale_a=sa, out_dtype="bfloat16", out=out),
@@ -64,7 +64,7 @@ def _calls(M=128, N=128, K=128):
                                                                       out=out, check=False),
         "torch._scaled_mm (cuBLASLt)": lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one,
                                                               out_dtype=torch.bfloat16),
-        "CuPy RawKernel, 25 arguments, empty": lambda: k((1,), (32,), args),
+        "CuPy RawKernel, 29 arguments, empty": lambda: k((1,), (32,), args),
     }
 
 

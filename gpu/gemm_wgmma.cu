@@ -35,18 +35,17 @@
 // arguments only G is read then (the count of GEMMs); C, M, N, K, ldc, kblocks, sa and sb come
 // from the table.
 //
-// Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0, OVL = 0): A is
-// given in high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K
-// rounded up to 16 bytes) and the scale sa[0] on the device. The producer warpgroup's 128
-// threads copy each K-tile of A from global memory into staging shared memory (cp.async, 16 bytes
-// per copy, QA_RAW passes of 16 KB in flight behind the staging buffer of C), read their own
-// chunks back, convert them to TA's codes (the codes of fp8lab.quantize at that scale, nearest
-// even, saturating per xspec/xcodes: a pass of 8 chunks per thread through fp8q_odd_fast without
-// a branch, again through fp8q_pair when a magnitude reaches fp8q_fast_lim) and write them in
-// the 128B-swizzled layout TMA would have written; thread 0 still loads B by TMA. The full
-// barrier counts the 4 writer warps plus the TMA transaction; the writers fence their stores
-// into the async proxy (wgmma's), then each warp's lane 0 arrives. xamax (optional): running max
-// of finite |x|, taken on the tiles of the first column of output tiles (each element of A once).
+// Fused quantize-on-load (QA = 1 bfloat16, 2 float16, 3 float32; G = 1, SCALE = 0): A is given in
+// high precision (xa, row stride ldx elements: 16-byte aligned rows, readable up to K rounded up
+// to 16 bytes) and the scale sa[0] on the device. Phase 1 (qa_phase, every thread of every CTA):
+// A is converted once into TA's codes in the buffer xq (M x K, row stride ldq), the codes of
+// fp8lab.quantize at that scale (nearest even, saturating per xspec/xcodes: blocks of chunks
+// through fp8q_odd_fast without a branch, again through fp8q_pair when a magnitude reaches
+// fp8q_fast_lim); xamax (optional): running max of finite |x|. CTAs claim units of rows from a
+// counter in qsync and count each tile row's finished units there; phase 2 is the GEMM above on
+// those codes (A's tensor map is xq's), whose producer waits for a tile row's count before its
+// first TMA load of it. The buffer stays in L2 at the sizes this is for, and each element of A
+// is converted once, not once per tile column. The last CTA zeroes qsync for the next launch.
 // Fused epilogue (any QA, G = 1, no split): C = relu(acc * scales + bias[col]) (bias optional,
 // float32; relu: x < 0 -> +0, NaN kept; the add rounds separately, never an fma); OUT = 3 / 4
 // stores E4M3 / E5M2 codes of C at scale os[0] (fp8q_pair, as the quantize-on-load); oamax
@@ -62,7 +61,8 @@ typedef unsigned long long u64;
 #define WG_BN 128
 #define WG_BK 128
 #define WG_THREADS 384
-#define QA_RAW 4   // quantize-on-load: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
+#define QA_NB 8    // quantize-on-load once: 16-byte chunks of A per thread loaded at once
+#define QA_RAW 4   // quantize-on-load in the producer: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
 #endif
@@ -146,6 +146,177 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
     return h;
 }
 
+// --- fused quantize-on-load: A converted once, before the GEMM ------------------------------------
+// EPC elements of a 16-byte chunk of A (QA 1 bfloat16, 2 float16, 3 float32) as float32
+template <int QA>
+__device__ __forceinline__ void qa_unpack(const uint4& c, float (&f)[8]) {
+    constexpr int EPC = QA == 3 ? 4 : 8;
+    const u32 w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int e = 0; e < EPC; e++) {
+        if (QA == 3) f[e] = __uint_as_float(w[e]);
+        else if (QA == 1) f[e] = __uint_as_float(e & 1 ? w[e >> 1] & 0xFFFF0000u : w[e >> 1] << 16);
+        else {
+            const u16 hb = (u16)(w[e >> 1] >> (16 * (e & 1)));
+            asm("cvt.f32.f16 %0, %1;" : "=f"(f[e]) : "h"(hb));
+        }
+    }
+}
+
+// Codes (format TA) of NB chunks at the scale of qp into q (EPC / 4 words per chunk), and the
+// running maximum mx of finite |x| (TRACK). PATH MUL / RCP: the branch-free fast route for the
+// whole block (ptxas interleaves the chunks), redone through the careful route when some scaled
+// magnitude reached fp8q_fast_lim (NaN, Inf or, without saturation, overflow); other paths: the
+// careful route (fp8q_pair per pair).
+template <int TA, int QA, int PATH, bool TRACK, int NB>
+__device__ __forceinline__ void qa_convert(const uint4 (&v)[NB], u32 (&q)[NB][2], const Fp8Q& qp, u32& mx) {
+    constexpr int EPC = QA == 3 ? 4 : 8;
+    if constexpr (PATH == FP8Q_MUL || PATH == FP8Q_RCP) {
+        float big = 0.0f;
+        u32 pm = 0;
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+            float f[8];
+            qa_unpack<QA>(v[i], f);
+            if (TRACK) {   // bits of |x|: right when the block passes (no NaN or Inf in it)
+#pragma unroll
+                for (int e = 0; e < EPC; e++) pm = max(pm, __float_as_uint(f[e]) & 0x7FFFFFFFu);
+            }
+            u32 o[8];
+#pragma unroll
+            for (int e = 0; e < EPC; e++) o[e] = fp8q_odd_fast<PATH>(f[e], qp);
+            // the chunk's maximum as a tree (short dependent chains), then the block's
+            float m[4];
+#pragma unroll
+            for (int e = 0; e < EPC / 2; e++) m[e] = fp8q_absmax(fabsf(__uint_as_float(o[2 * e])), o[2 * e + 1]);
+            if (EPC == 8) { m[0] = fp8q_absmax(m[0], __float_as_uint(m[2])); m[1] = fp8q_absmax(m[1], __float_as_uint(m[3])); }
+            big = fp8q_absmax(big, __float_as_uint(fp8q_absmax(m[0], __float_as_uint(m[1]))));
+#pragma unroll
+            for (int e = 0; e < EPC / 4; e++)
+                q[i][e] = fp8q_cvt2<TA + 1>(o[4 * e], o[4 * e + 1]) | (fp8q_cvt2<TA + 1>(o[4 * e + 2], o[4 * e + 3]) << 16);
+        }
+        if (__float_as_uint(big) < fp8q_fast_lim(qp)) {
+            if (TRACK) mx = max(mx, pm);
+            return;
+        }
+    }
+    constexpr int CP = PATH == FP8Q_RCP ? FP8Q_DIV : PATH;   // the careful route of the path
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        float f[8];
+        qa_unpack<QA>(v[i], f);
+        if (TRACK) {
+#pragma unroll
+            for (int e = 0; e < EPC; e++) mx = max(mx, fp8q_mag(f[e]));
+        }
+#pragma unroll
+        for (int e = 0; e < EPC / 4; e++)
+            q[i][e] = fp8q_pair<TA + 1, CP>(f[4 * e], f[4 * e + 1], qp) |
+                      (fp8q_pair<TA + 1, CP>(f[4 * e + 2], f[4 * e + 3], qp) << 16);
+    }
+}
+
+// Phase 1 of a quantize-on-load launch, run by all threads of every CTA before the GEMM: A (M x K,
+// row stride ldx elements, 16-byte aligned rows readable up to K rounded up to 16 bytes) into
+// TA's codes at xq (row stride ldq bytes, a multiple of 16), each element once. The work is cut
+// into units of WG_BM / qparts rows of one tile row; CTAs claim units from the counter qsync[0]
+// until none is left, so every claimed unit belongs to a running CTA (no wait on a CTA that is
+// not resident). When a unit's codes are written, qsync[2 + tile row] counts it (release); the
+// producer loads a tile row's A only when its count reaches qparts (qa_wait). xamax: the
+// running maximum of finite |A|.
+template <int TA, int QA, int PATH, bool TRACK>
+__device__ __forceinline__ void qa_phase(const u8* __restrict__ x8, long long ldx, int M, int K, u8* __restrict__ xq,
+                                      int ldq, u32* qsync, int qparts, Fp8Q qp, u32* xamax) {
+    constexpr int XES = QA == 3 ? 4 : 2, EPC = 16 / XES, NB = QA_NB, NT = WG_THREADS;
+    __shared__ int unit_s[2];
+    const int units = ((M + WG_BM - 1) / WG_BM) * qparts, rows_per = WG_BM / qparts;
+    const int cpr = (K + EPC - 1) / EPC;          // chunks per row
+    const int dr = NT / cpr, dc = NT % cpr;       // a chunk index advanced by NT: rows, chunks
+    u32 mx = 0;
+    if (threadIdx.x == 0) unit_s[0] = atomicAdd(&qsync[0], 1u);
+    __syncthreads();
+    for (int n = 0;; n++) {
+        const int u = unit_s[n & 1];
+        if (u >= units) break;
+        // the next unit claimed while this one converts (read after the barrier below; the slot
+        // written here was read by every thread before the previous unit's barrier)
+        if (threadIdx.x == 0) unit_s[(n + 1) & 1] = atomicAdd(&qsync[0], 1u);
+        const int tm = u / qparts, r0 = tm * WG_BM + (u % qparts) * rows_per;
+        const int total = max(0, min(rows_per, M - r0)) * cpr;
+        int row = threadIdx.x / cpr, col = threadIdx.x % cpr;   // of chunk c0 below
+        for (int c0 = threadIdx.x; c0 < total; c0 += NB * NT) {
+            uint4 v[NB];
+            int rr[NB], cc[NB];
+#pragma unroll
+            for (int i = 0; i < NB; i++) {   // the NB loads issued back to back: no branch around them
+                rr[i] = row; cc[i] = col;
+                const bool in = c0 + i * NT < total;
+                const u8* src = in ? x8 + ((size_t)(r0 + row) * ldx + (size_t)col * EPC) * XES : x8;
+                v[i] = __ldcs(reinterpret_cast<const uint4*>(src));
+                col += dc; row += dr;
+                if (col >= cpr) { col -= cpr; row++; }
+            }
+#pragma unroll
+            for (int i = 0; i < NB; i++)
+                if (c0 + i * NT >= total) v[i] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+            for (int i = 0; i < NB; i++) {   // the chunk that straddles K: what lies past K is not A's
+                const int kv = K - cc[i] * EPC;
+                if (kv < EPC) {
+                    u32 w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        w[j] &= EPC == 4 ? (j < kv ? 0xFFFFFFFFu : 0u)
+                                         : (2 * j < kv ? 0x0000FFFFu : 0u) | (2 * j + 1 < kv ? 0xFFFF0000u : 0u);
+                    v[i] = make_uint4(w[0], w[1], w[2], w[3]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < NB; h += 4) {   // converted 4 chunks at a time (registers)
+                const uint4 w[4] = {v[h], v[h + 1], v[h + 2], v[h + 3]};
+                u32 q[4][2];
+                qa_convert<TA, QA, PATH, TRACK, 4>(w, q, qp, mx);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (c0 + (h + i) * NT >= total) continue;
+                    u8* d = xq + (size_t)(r0 + rr[h + i]) * ldq + cc[h + i] * EPC;
+                    if (EPC == 8) *reinterpret_cast<uint2*>(d) = make_uint2(q[i][0], q[i][1]);
+                    else *reinterpret_cast<u32*>(d) = q[i][0];
+                }
+            }
+        }
+        // the codes into the async proxy (TMA reads them), then the unit is counted by thread 0
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        __syncthreads();
+        if (threadIdx.x == 0)
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(qsync + 2 + tm) : "memory");
+    }
+    if (TRACK) wg_warp_max(xamax, mx);
+}
+
+// The producer's wait for tile row tm's codes (qa_phase), then a fence so that its TMA loads
+// (async proxy) see them
+__device__ __forceinline__ void qa_wait(const u32* qsync, int tm, int qparts) {
+    u32 n;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(qsync + 2 + tm) : "memory");
+        if ((int)n >= qparts) break;
+        __nanosleep(128);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// After the last tile of a CTA: the last CTA to get here zeroes qsync for the next launch (every
+// claim and every wait of this launch is behind it)
+__device__ __forceinline__ void qa_done(u32* qsync, int tiles_m) {
+    __threadfence();
+    if (atomicAdd(&qsync[1], 1u) == gridDim.x - 1) {
+        __threadfence();
+        for (int i = 0; i < 2 + tiles_m; i++) qsync[i] = 0u;
+        __threadfence();
+    }
+}
+
 template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
@@ -153,8 +324,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         int splits, float* __restrict__ ws, const int* __restrict__ gtab,
         const void* __restrict__ xa, long long ldx, u32 xspec, u32 xcodes, u32* __restrict__ xamax,
         const float* __restrict__ bias, int relu, const float* __restrict__ os, u32 ospec,
-        u32 ocodes, u32* __restrict__ oamax) {
-    static_assert(QA == 0 || (SCALE == 0 && OVL == 0 && TA < 2 && TB < 2), "quantize-on-load: FP8, tensor scales");
+        u32 ocodes, u32* __restrict__ oamax, u8* __restrict__ xq, int ldq, u32* __restrict__ qsync, int qparts) {
+    static_assert(QA == 0 || (SCALE == 0 && TA < 2 && TB < 2), "quantize-on-load: FP8, tensor scales");
+    constexpr int QIN = QA & 3;         // quantize-on-load input: 1 bfloat16, 2 float16, 3 float32
+    constexpr bool QONCE = QA >= 4;     // converted once before the GEMM (else in the producer)
     static_assert(OUT < 3 || TA < 2, "8-bit outputs: FP8 operands");
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
@@ -213,19 +386,37 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
-            mbar_init(smem_u32(&full_bar[s]), QA ? 5 : 1);   // QA: B's transaction + 4 converter warps
+            mbar_init(smem_u32(&full_bar[s]), QA != 0 && !QONCE ? 5 : 1);   // B's transaction + 4 converter warps
             mbar_init(smem_u32(&empty_bar[s]), 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    if constexpr (QONCE) {   // phase 1: A into codes at xq (all threads)
+        const Fp8Q qp = fp8q_make(sa[0], xspec, xcodes);
+        const u8* x8 = reinterpret_cast<const u8*>(xa);
+        const int path = fp8q_path(qp);
+#define QA_PHASE(P, T) qa_phase<TA, QIN, P, T>(x8, ldx, M, K, xq, ldq, qsync, qparts, qp, xamax)
+        if (xamax != nullptr) {
+            if (path == FP8Q_MUL) QA_PHASE(FP8Q_MUL, true);
+            else if (path == FP8Q_RCP) QA_PHASE(FP8Q_RCP, true);
+            else if (path == FP8Q_DIV) QA_PHASE(FP8Q_DIV, true);
+            else QA_PHASE(FP8Q_F64, true);
+        } else {
+            if (path == FP8Q_MUL) QA_PHASE(FP8Q_MUL, false);
+            else if (path == FP8Q_RCP) QA_PHASE(FP8Q_RCP, false);
+            else if (path == FP8Q_DIV) QA_PHASE(FP8Q_DIV, false);
+            else QA_PHASE(FP8Q_F64, false);
+        }
+#undef QA_PHASE
+    }
 
     // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
     // producer already loads the next tile while the consumers run the epilogue.
     if (wg == 0) {  // producer
         if (OVL) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if constexpr (QA != 0) {
-            constexpr int XES = QA == 3 ? 4 : 2;        // input bytes per element
+        if constexpr (QA != 0 && !QONCE) {   // quantize-on-load in the producer
+            constexpr int XES = QIN == 3 ? 4 : 2;        // input bytes per element
             constexpr int EPC = 16 / XES;               // elements per 16-byte chunk
             constexpr int CPR = WG_BK / EPC;            // chunks per row of a K-tile (16 or 32)
             constexpr int PASS = 8;                     // chunks per thread per pass (32 registers)
@@ -288,78 +479,17 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 const int row = row0 + RS * (p.h * PASS + i), key = RS == 8 ? row0 & 7 : row & 7;
                 return EPC == 8 ? wg_swz(row, col >> 1, key) + (col & 1) * 8 : wg_swz(row, col >> 2, key) + (col & 3) * 4;
             };
-            auto unpack = [&](const uint4& c, float (&f)[8]) {
-                const u32 w[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-                for (int e = 0; e < EPC; e++) {
-                    if (QA == 3) f[e] = __uint_as_float(w[e]);
-                    else if (QA == 1) f[e] = __uint_as_float(e & 1 ? w[e >> 1] & 0xFFFF0000u : w[e >> 1] << 16);
-                    else {
-                        const u16 hb = (u16)(w[e >> 1] >> (16 * (e & 1)));
-                        asm("cvt.f32.f16 %0, %1;" : "=f"(f[e]) : "h"(hb));
-                    }
-                }
-            };
-            // The fast conversion of a pass by one quotient path into q: no branch, so ptxas
-            // interleaves the chunks. Returns false when some scaled magnitude reached fast_lim
-            // (NaN, Inf or, without saturation, overflow: its codes may be wrong; the maximum is
-            // then not taken).
-            auto convert_fast = [&](const uint4 (&v)[PASS], u32 (&q)[PASS][2], auto path, auto track) {
-                constexpr int PATH = decltype(path)::value;
-                constexpr bool TRACK = decltype(track)::value != 0;
-                float big = 0.0f;
-                u32 pm = 0;
-#pragma unroll
-                for (int i = 0; i < PASS; i++) {
-                    float f[8];
-                    unpack(v[i], f);
-                    if (TRACK) {
-#pragma unroll
-                        for (int e = 0; e < EPC; e++) pm = max(pm, __float_as_uint(f[e]) & 0x7FFFFFFFu);
-                    }
-                    u32 o[8];
-#pragma unroll
-                    for (int e = 0; e < EPC; e++) o[e] = fp8q_odd_fast<PATH>(f[e], qp);
-                    // the chunk's maximum as a tree (short dependent chains), then the pass's
-                    float m[4];
-#pragma unroll
-                    for (int e = 0; e < EPC / 2; e++) m[e] = fp8q_absmax(fabsf(__uint_as_float(o[2 * e])), o[2 * e + 1]);
-                    if (EPC == 8) { m[0] = fp8q_absmax(m[0], __float_as_uint(m[2])); m[1] = fp8q_absmax(m[1], __float_as_uint(m[3])); }
-                    big = fp8q_absmax(big, __float_as_uint(fp8q_absmax(m[0], __float_as_uint(m[1]))));
-#pragma unroll
-                    for (int e = 0; e < EPC / 4; e++)
-                        q[i][e] = fp8q_cvt2<TA + 1>(o[4 * e], o[4 * e + 1]) | (fp8q_cvt2<TA + 1>(o[4 * e + 2], o[4 * e + 3]) << 16);
-                }
-                if (__float_as_uint(big) >= fast_lim) return false;
-                if (TRACK) mx = max(mx, pm);
-                return true;
-            };
-            // The careful conversion (a pass with special values): fp8q_pair per pair, finite
-            // magnitudes only in the maximum
-            auto convert_careful = [&](const QPos& p, const uint4 (&v)[PASS], u32 (&q)[PASS][2], auto path) {
-                constexpr int PATH = decltype(path)::value;
-#pragma unroll
-                for (int i = 0; i < PASS; i++) {
-                    float f[8];
-                    unpack(v[i], f);
-                    if (p.track) {
-#pragma unroll
-                        for (int e = 0; e < EPC; e++) mx = max(mx, fp8q_mag(f[e]));
-                    }
-#pragma unroll
-                    for (int e = 0; e < EPC / 4; e++)
-                        q[i][e] = fp8q_pair<TA + 1, PATH>(f[4 * e], f[4 * e + 1], qp) |
-                                  (fp8q_pair<TA + 1, PATH>(f[4 * e + 2], f[4 * e + 3], qp) << 16);
-                }
-            };
             auto convert = [&](const QPos& p, const uint4 (&v)[PASS], u32 (&q)[PASS][2], auto path) {
                 constexpr int PATH = decltype(path)::value;
-                if constexpr (PATH == FP8Q_MUL || PATH == FP8Q_RCP) {   // the others have no fast route
-                    const bool ok = p.track ? convert_fast(v, q, path, Fp8qPath<1>())
-                                            : convert_fast(v, q, path, Fp8qPath<0>());
-                    if (ok) return;
+#pragma unroll
+                for (int h = 0; h < PASS; h += 4) {   // 4 chunks at a time (registers)
+                    const uint4 w[4] = {v[h], v[h + 1], v[h + 2], v[h + 3]};
+                    u32 o[4][2];
+                    if (p.track) qa_convert<TA, QIN, PATH, true, 4>(w, o, qp, mx);
+                    else qa_convert<TA, QIN, PATH, false, 4>(w, o, qp, mx);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) { q[h + i][0] = o[i][0]; q[h + i][1] = o[i][1]; }
                 }
-                convert_careful(p, v, q, path);
             };
             // one pass whose loads were issued earlier: its K-tile's first pass waits for the stage
             // (and thread 0 starts B's TMA), its last makes the codes visible and arrives
@@ -433,7 +563,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             return;
         }
         if (threadIdx.x == 0) {
-            int it = 0;
+            int it = 0, qtm = -1;
             u64 ta = 0;
             for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
                 int g, tm, tn, sp, kb0, nk;
@@ -448,6 +578,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 // only reach outputs the epilogue does not store. gtab: each GEMM its own maps.
                 const int m0 = (gtab != nullptr ? 0 : g * M) + tm * WG_BM;
                 const int n0 = (gtab != nullptr ? 0 : g * N) + tn * WG_BN;
+                if constexpr (QONCE) {
+                    if (tm != qtm) { qa_wait(qsync, tm, qparts); qtm = tm; }
+                }
                 for (int kt = kb0; kt < kb0 + nk; kt++, it++) {
                     const int s = it % ST;
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
@@ -462,6 +595,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     }
                 }
             }
+            if constexpr (QONCE) qa_done(qsync, tiles_m);
         }
         return;
     }

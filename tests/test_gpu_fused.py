@@ -24,6 +24,12 @@ def test_fused_kernel_equals_its_composition():
     assert gpu_fused.check_gemm(print, shapes=((129, 257, 130), (1, 1, 1), (200, 136, 72), (300, 512, 520))) == 0
 
 
+def test_fused_kernel_calls_in_a_row():
+    import gpu_fused
+    # 9 tile rows, several conversion units each: counters claimed, counted and reset per call
+    assert gpu_fused.check_repeat(print, shapes=((1100, 384, 700),)) == 0
+
+
 def test_fused_rejects_bad_input():
     import cupy as cp
     from fp8lab.gpu.gemm import gemm_fused

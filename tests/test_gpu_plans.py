@@ -35,11 +35,23 @@ def test_every_fused_instance_is_compiled_by_the_nvcc_check():
     listed = set(GM._wg_instances())
     for ta in (0, 1):
         for tb in (0, 1):
-            for qa in range(4):
+            for qa in GM._QA_MODES:
                 for out in GM.FUSED_OUT:
                     assert GM._fused_instance(ta, tb, out, qa) in listed
     # codes as A use gemm's own instance (overlapped promotion) for 16-bit and float32 outputs
     assert GM._fused_instance(0, 0, "bfloat16", 0) == GM._wg_instance(0, 0, "tensor", "bfloat16", True)
+
+
+@pytest.mark.parametrize("M,K,itemsize", [(16384, 512, 2), (2048, 1024, 2), (8192, 256, 2), (8192, 256, 4),
+                                            (100, 1, 4), (300, 520, 2), (64, 1 << 20, 2)])
+def test_quantize_on_load_units(M, K, itemsize):
+    # units of one tile row: a power of two up to 128, each unit at least _QA_CHUNKS chunks where
+    # a tile row has that many, and no larger than needed (doubling would go below the floor)
+    p = GM._qa_parts(M, K, itemsize)
+    cpr = -(-K * itemsize // 16)
+    assert p in (1, 2, 4, 8, 16, 32, 64, 128)
+    assert p == 1 or (128 // p) * cpr >= GM._QA_CHUNKS
+    assert p == 128 or (128 // (2 * p)) * cpr < GM._QA_CHUNKS
 
 
 def test_quantize_on_load_staging_matches_the_kernel():
@@ -49,6 +61,18 @@ def test_quantize_on_load_staging_matches_the_kernel():
     from fp8lab.gpu import _loader
     m = re.search(r"^#define QA_RAW (\d+)", _loader.source("gemm_wgmma.cu"), re.M)
     assert m and int(m.group(1)) * 16384 == GM._QA_RAW_BYTES
+
+
+def test_launch_arguments_match_the_kernel_signature():
+    # the host passes 14 leading arguments, then _NO_FUSION's (or the fused call's) tail; a
+    # count that differs from gemm_wgmma's parameters would shift every argument after it
+    import re
+
+    from fp8lab.gpu import _loader
+    src = _loader.source("gemm_wgmma.cu")
+    m = re.search(r"__global__ void __launch_bounds__\(WG_THREADS, 1\) gemm_wgmma\((.*?)\) \{", src, re.S)
+    assert m, "gemm_wgmma's signature not found"
+    assert m.group(1).count(",") + 1 == 14 + len(GM._NO_FUSION)
 
 
 def test_ragged_table_lists_each_gemm_and_its_first_tile():

@@ -71,15 +71,16 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = No
 
 def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
     """gemm_wgmma instance of a :func:`gemm_fused` call: ``qa`` 0 (A as codes, overlapped
-    promotion) or the quantize-on-load input (1 bfloat16, 2 float16, 3 float32; no overlap: the
-    producer warpgroup keeps its registers for the conversion)."""
-    head = f"gemm_wgmma<{ta}, {tb}, 0, {FUSED_OUT.index(out)}, {_QA_STAGES if qa else _STAGES[1]}, {int(qa == 0)}"
+    promotion) or the quantize-on-load input (1 bfloat16, 2 float16, 3 float32), converted in the
+    producer, or plus 4, converted once before the GEMM (no overlap in either: with it ptxas spills
+    hundreds of bytes in the 8-bit-output instances)."""
+    head = f"gemm_wgmma<{ta}, {tb}, 0, {FUSED_OUT.index(out)}, {_QA_STAGES if 0 < qa < 4 else _STAGES[1]}, {int(qa == 0)}"
     return head + (f", {qa}>" if qa else ">")   # qa = 0: gemm's own instance (default QA)
 
 
 def _wg_instances() -> list[str]:
     pairs = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 2)]
-    fused = [_fused_instance(ta, tb, o, qa) for ta, tb in pairs[:4] for qa in range(4) for o in FUSED_OUT
+    fused = [_fused_instance(ta, tb, o, qa) for ta, tb in pairs[:4] for qa in _QA_MODES for o in FUSED_OUT
              if qa or o not in OUT_DTYPES]
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
@@ -281,9 +282,9 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
 
 _NULL = np.uint64(0)
 # gemm_wgmma's quantize-on-load and epilogue arguments when neither is used: xa, ldx, xspec,
-# xcodes, xamax, bias, relu, os, ospec, ocodes, oamax
+# xcodes, xamax, bias, relu, os, ospec, ocodes, oamax, xq, ldq, qsync, qparts
 _NO_FUSION = (_NULL, np.int64(0), np.uint32(0), np.uint32(0), _NULL, _NULL, np.int32(0), _NULL,
-              np.uint32(0), np.uint32(0), _NULL)
+              np.uint32(0), np.uint32(0), _NULL, _NULL, np.int32(0), _NULL, np.int32(0))
 
 
 def _wg_smem(es: int, stages: int, cmap: bool) -> int:
@@ -749,10 +750,27 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
 # --- fused quantize-on-load and epilogue ----------------------------------------------------------
 
 _QA = {"float32": 3, "float16": 2, "bfloat16": 1}   # gemm_wgmma's QA per high-precision input
-# quantize-on-load: stage-ring depth and the staging of A (QA_RAW passes of 16 KB in gemm_wgmma.cu)
-# that share the shared memory with it and with C's staging
+_QA_MODES = (0, 1, 2, 3, 5, 6, 7)   # QA values: codes, converted in the producer, converted once
+#: quantize-on-load: A is converted once, before the GEMM, when C has at least this many tile
+#: columns (converting in the producer repeats the conversion once per tile column)
+QA_ONCE_MIN_TILES_N = 3
+# quantize-on-load in the producer: stage-ring depth and the staging of A (QA_RAW passes of 16 KB
+# in gemm_wgmma.cu) that share the shared memory with it and with C's staging
 _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
+_QA_CHUNKS = 4 * 384   # 16-byte chunks of A a quantize-on-load unit gives each CTA at least (at
+# most twice that: one block of QA_NB = 8 loads per thread in gemm_wgmma.cu)
+
+
+def _qa_parts(M: int, K: int, itemsize: int) -> int:
+    """Units per 128-row tile row of the quantize-on-load phase (``qparts`` in gemm_wgmma.cu): the
+    most, as a power of two up to 128, that leaves each unit at least _QA_CHUNKS 16-byte chunks
+    (so that a unit is one block of loads per thread), so that many CTAs share the conversion."""
+    cpr = -(-K * itemsize // 16)
+    parts = 1
+    while parts < 128 and (128 // (2 * parts)) * cpr >= _QA_CHUNKS:
+        parts *= 2
+    return parts
 
 
 @functools.lru_cache(maxsize=None)
@@ -794,10 +812,13 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
                amax_out=None, bfloat16=False, out=None, check=True, kernel="auto"):
     """One layer's GEMM with its casts fused: ``C = act(decode(quantize(A)) sa @ (decode(B) sb)^T + bias)``.
 
-    The cast of a high-precision A into 8 bits happens inside the GEMM (quantize-on-load: the
-    kernel's producer warpgroup converts each tile as it brings it into shared memory), and the
-    bias, ReLU, the cast of the output to 8 bits and the maximum for the next layer's scale happen
-    in its epilogue: no separate pass over A or C.
+    The cast of a high-precision A into 8 bits happens inside the GEMM's launch (quantize-on-load:
+    with at least QA_ONCE_MIN_TILES_N tile columns the CTAs first convert A once into an L2-resident
+    code buffer, each tile row's GEMM starting when its rows are done; otherwise the producer
+    warpgroup converts each tile as it brings it into shared memory), and the bias, ReLU, the cast
+    of the output to 8 bits and the maximum for the next layer's scale happen in its epilogue: no
+    separate kernel over A or C. Calls that convert once share a code buffer and counters per
+    shape: run them on one stream (as :func:`gemm`'s workspaces).
 
     Parameters
     ----------
@@ -916,7 +937,7 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
            None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
            None if so is None else (so.data.ptr, sat_o),
            None if amax_a is None else amax_a.data.ptr, None if amax_out is None else amax_out.data.ptr,
-           TMA_STORE)
+           TMA_STORE, QA_ONCE_MIN_TILES_N)
     launches = _plans.get(key)
     if launches is None:
         launches, replay = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
@@ -938,17 +959,23 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     ta, tb = _FP8_HW[fa.name], _FP8_HW[fb.name]
     b2 = _k_major(b, 1, cp, "pb")
     qa = 0 if kind == "codes" else _QA[kind]
+    once = qa != 0 and -(-N // 128) >= QA_ONCE_MIN_TILES_N
+    tiles_m = -(-M // 128)
+    xa = qsync = None
     if qa == 0:
         a2 = _k_major(a, 1, cp, "pa")
-        xa = None
-    else:   # quantize-on-load: A's tensor map is not used (b2's stands in); A read as is, or a copy
-        a2 = b2
+    else:   # quantize-on-load: A read as is, or a copy
         xa = _k_major(a, a.itemsize, cp, "qa", whole_rows=True)
+        a2 = b2   # in the producer: A's tensor map is not used (b2's stands in)
+    if once:   # its codes written into a2 (A's map), units counted in qsync
+        qa += 4
+        a2 = _workspace("qcodes", M, _kmajor_stride(K), cp.uint8, cp)[:, :K]
+        qsync = _workspace("qsync", 1, 2 + tiles_m, cp.uint32, cp)   # zeros between launches
     cmap = (TMA_STORE and out_dtype in ("bfloat16", "float16") and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, 1, (out, M, N, 1) if cmap else None)
     k = _loader.kernel("gemm_wgmma.cu", _fused_instance(ta, tb, out_dtype, qa))
-    if qa:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
+    if 0 < qa < 4:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
         smem = _wg_smem(1, _QA_STAGES, True) + _QA_RAW_BYTES
     else:
         smem = _wg_smem(1, _STAGES[1], cmap)
@@ -962,9 +989,11 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     bits = lambda m: _NULL if m is None else m.view(cp.uint32)
     tail = (np.int64(ldx), xspec, xcodes, bits(amax_a), ptr(bias), np.int32(bool(relu)), ptr(so), ospec,
             ocodes, bits(amax_out))
+    tail += ((a2, np.int32(a2.strides[0]), qsync, np.int32(_qa_parts(M, K, a.itemsize))) if once else
+             (_NULL, np.int32(0), _NULL, np.int32(0)))
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(-(-K // BLOCK)), np.int32(1),
             np.int32(cmap), np.int32(1))
-    tiles = (-(-M // 128)) * (-(-N // 128))
+    tiles = tiles_m * (-(-N // 128))
     launch = (k, (min(tiles, _sm_count()),), (384,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
               (out_, _NULL, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
