@@ -63,6 +63,18 @@ def test_quantize_on_load_staging_matches_the_kernel():
     assert m and int(m.group(1)) * 16384 == GM._QA_RAW_BYTES
 
 
+def test_quantize_on_load_constants_match_the_kernel():
+    # loads per thread of the convert-once phase, and the QA offset that selects it
+    import re
+
+    from fp8lab.gpu import _loader
+    src = _loader.source("gemm_wgmma.cu")
+    m = re.search(r"^#define QA_NB (\d+)", src, re.M)
+    assert m and int(m.group(1)) == GM._QA_NB
+    assert f"constexpr bool QONCE = QA >= {GM._QA_ONCE};" in src
+    assert GM._QA_MODES == (0, 1, 2, 3, 5, 6, 7)
+
+
 def test_launch_arguments_match_the_kernel_signature():
     # the host passes 14 leading arguments, then _NO_FUSION's (or the fused call's) tail; a
     # count that differs from gemm_wgmma's parameters would shift every argument after it

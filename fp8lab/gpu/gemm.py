@@ -74,7 +74,7 @@ def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
     promotion) or the quantize-on-load input (1 bfloat16, 2 float16, 3 float32), converted in the
     producer, or plus 4, converted once before the GEMM (no overlap in either: with it ptxas spills
     hundreds of bytes in the 8-bit-output instances)."""
-    head = f"gemm_wgmma<{ta}, {tb}, 0, {FUSED_OUT.index(out)}, {_QA_STAGES if 0 < qa < 4 else _STAGES[1]}, {int(qa == 0)}"
+    head = f"gemm_wgmma<{ta}, {tb}, 0, {FUSED_OUT.index(out)}, {_QA_STAGES if 0 < qa < _QA_ONCE else _STAGES[1]}, {int(qa == 0)}"
     return head + (f", {qa}>" if qa else ">")   # qa = 0: gemm's own instance (default QA)
 
 
@@ -750,7 +750,8 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
 # --- fused quantize-on-load and epilogue ----------------------------------------------------------
 
 _QA = {"float32": 3, "float16": 2, "bfloat16": 1}   # gemm_wgmma's QA per high-precision input
-_QA_MODES = (0, 1, 2, 3, 5, 6, 7)   # QA values: codes, converted in the producer, converted once
+_QA_ONCE = 4   # added to QA: converted once before the GEMM (QONCE in gemm_wgmma.cu), not in the producer
+_QA_MODES = (0,) + tuple(sorted(_QA.values())) + tuple(q + _QA_ONCE for q in sorted(_QA.values()))
 #: quantize-on-load: A is converted once, before the GEMM, when C has at least this many tile
 #: columns (converting in the producer repeats the conversion once per tile column)
 QA_ONCE_MIN_TILES_N = 3
@@ -758,8 +759,9 @@ QA_ONCE_MIN_TILES_N = 3
 # in gemm_wgmma.cu) that share the shared memory with it and with C's staging
 _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
-_QA_CHUNKS = 4 * 384   # 16-byte chunks of A a quantize-on-load unit gives each CTA at least (at
-# most twice that: one block of QA_NB = 8 loads per thread in gemm_wgmma.cu)
+_QA_NB = 8   # 16-byte chunks of A per thread loaded at once by the convert-once phase (QA_NB there)
+_QA_CHUNKS = _QA_NB // 2 * 384   # chunks a convert-once unit holds at least (at most one load per
+# thread and chunk slot, 384 threads)
 
 
 def _qa_parts(M: int, K: int, itemsize: int) -> int:
@@ -968,14 +970,14 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
         xa = _k_major(a, a.itemsize, cp, "qa", whole_rows=True)
         a2 = b2   # in the producer: A's tensor map is not used (b2's stands in)
     if once:   # its codes written into a2 (A's map), units counted in qsync
-        qa += 4
+        qa += _QA_ONCE
         a2 = _workspace("qcodes", M, _kmajor_stride(K), cp.uint8, cp)[:, :K]
         qsync = _workspace("qsync", 1, 2 + tiles_m, cp.uint32, cp)   # zeros between launches
     cmap = (TMA_STORE and out_dtype in ("bfloat16", "float16") and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, 1, (out, M, N, 1) if cmap else None)
     k = _loader.kernel("gemm_wgmma.cu", _fused_instance(ta, tb, out_dtype, qa))
-    if 0 < qa < 4:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
+    if 0 < qa < _QA_ONCE:   # ring, C's staging (always reserved: A's staging sits behind it), A's staging
         smem = _wg_smem(1, _QA_STAGES, True) + _QA_RAW_BYTES
     else:
         smem = _wg_smem(1, _STAGES[1], cmap)
