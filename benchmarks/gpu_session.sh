@@ -10,7 +10,8 @@
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
 # shapes; gemm-bench (300) gpu_gemm.py --bench. gemm_wgmma.cu's instances are compiled first in
 # the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
-# `pgrep -f`, which matches the shell running this command's own text).
+# `pgrep -f`, which matches the shell running this command's own text). WARM_S (default 240)
+# bounds that compile; a fresh machine needs more when most instances are still uncached.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
@@ -26,7 +27,7 @@ mkdir -p "$OUT"
 log="$OUT/session.log"
 : > "$log"
 
-timeout 240 python3 benchmarks/gpu_warm.py --jobs "$(nproc)" > "$OUT/warm.log" 2>&1 &
+timeout "${WARM_S:-240}" python3 benchmarks/gpu_warm.py --jobs "$(nproc)" > "$OUT/warm.log" 2>&1 &
 warm_pid=$!
 warmed=0
 
