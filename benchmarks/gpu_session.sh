@@ -12,6 +12,13 @@
 # the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
 # `pgrep -f`, which matches the shell running this command's own text). WARM_S (default 240)
 # bounds that compile; a fresh machine needs more when most instances are still uncached.
+#
+# The kernel cache lives in .cupycache/ (ignored by git) unless CUPY_CACHE_DIR says otherwise.
+# SAVE_CACHE=1 packs it into $OUT/cupycache.tgz.aa, .ab, ... (15 MB parts); put those parts in the
+# tree's root and name them in the device call's carry, and the next fresh machine unpacks them
+# first and skips the compiles they hold (entries of an older source are never used).
+# DEADLINE_S (default 570): no stage runs past that many seconds from the start (a stage's limit
+# is cut to what is left, less 20 s for packing the cache), so one device call stays in its limit.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
@@ -25,7 +32,13 @@ done
 OUT=${OUT:-/tmp/gpu_session}
 mkdir -p "$OUT"
 log="$OUT/session.log"
+t_start=$(date +%s)
 : > "$log"
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.cupycache}
+mkdir -p "$CUPY_CACHE_DIR"
+if compgen -G ".cupycache.tgz.*" > /dev/null; then
+  cat .cupycache.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR" && echo "gpu_session: unpacked $(ls "$CUPY_CACHE_DIR" | wc -l) cached kernels"
+fi
 
 timeout "${WARM_S:-240}" python3 benchmarks/gpu_warm.py --jobs "$(nproc)" > "$OUT/warm.log" 2>&1 &
 warm_pid=$!
@@ -38,6 +51,12 @@ run_stage() {   # name limit command...
     wait "$warm_pid"
     warmed=1
     tail -n 1 "$OUT/warm.log"
+  fi
+  local left=$(( ${DEADLINE_S:-570} - ($(date +%s) - t_start) - 20 ))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -le 0 ]; then
+    echo "== $name: skipped, no time left before DEADLINE_S" | tee -a "$log"
+    return
   fi
   echo "== $name (limit ${limit} s)" | tee -a "$log"
   local before
@@ -64,4 +83,8 @@ for arg in "$@"; do
   esac
 done
 [ $warmed = 1 ] || kill "$warm_pid" 2>/dev/null
+if [ "${SAVE_CACHE:-0}" = 1 ]; then
+  tar czf - -C "$CUPY_CACHE_DIR" . | split -b 15m - "$OUT/cupycache.tgz."
+  echo "gpu_session: saved $(ls "$CUPY_CACHE_DIR" | wc -l) cached kernels in $(ls "$OUT"/cupycache.tgz.* | wc -l) parts"
+fi
 exit 0

@@ -148,13 +148,21 @@ __device__ __forceinline__ unsigned int fp8q_pair(float x0, float x1, const Fp8Q
     return w;
 }
 
+// The division routes of the run-time choice below, out of line: a loop that converts many
+// pairs (the 8-bit epilogue: 32 per thread and tile) would otherwise inline an IEEE division per
+// element, which multiplies the kernel's compile time (~100 s per instance) for a rare route.
+// p by value: a reference would put it in local memory across the call.
+template <int F>
+__device__ __noinline__ unsigned int fp8q_pair_div(float x0, float x1, Fp8Q p) {
+    if (fp8q_path(p) == FP8Q_F64) return fp8q_pair<F, FP8Q_F64>(x0, x1, p);
+    return fp8q_pair<F, FP8Q_DIV>(x0, x1, p);
+}
+
 // The same, the path chosen at run time (one branch per pair)
 template <int F>
 __device__ __forceinline__ unsigned int fp8q_pair(float x0, float x1, const Fp8Q& p) {
-    const int path = fp8q_path(p);
-    if (path == FP8Q_MUL) return fp8q_pair<F, FP8Q_MUL>(x0, x1, p);
-    if (path == FP8Q_F64) return fp8q_pair<F, FP8Q_F64>(x0, x1, p);
-    return fp8q_pair<F, FP8Q_DIV>(x0, x1, p);
+    if (fp8q_path(p) == FP8Q_MUL) return fp8q_pair<F, FP8Q_MUL>(x0, x1, p);
+    return fp8q_pair_div<F>(x0, x1, p);
 }
 
 // Codes of x0, x1 as a block of fp8q_odd_fast conversions would give them: the fast route, the
