@@ -8,7 +8,7 @@ median over 5 rounds of the wall time of 1000 calls back to back on a 128x128x12
 (its kernel is shorter than the host time, so the launches never wait for the queue to drain),
 divided by 1000: fp8lab's gemm and gemm_fused, torch._scaled_mm (cuBLASLt), and an empty CuPy
 RawKernel with as many arguments as gemm_wgmma (the floor of a CuPy launch). --profile: the
-functions where gemm's and gemm_fused's calls spend their time (cProfile, 2000 calls each).
+functions where gemm's (out given and allocated) and gemm_fused's calls spend their time (cProfile, 2000 calls each).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def main(argv=None):
     if a.profile:
         import cProfile
         import pstats
-        for name in ("fp8lab gemm (e4m3, bf16 out, out given)", "fp8lab gemm_fused (fp16 A, check=False)"):
+        for name in ("fp8lab gemm (e4m3, bf16 out, out given)", "fp8lab gemm (out allocated)",
+                     "fp8lab gemm_fused (fp16 A, check=False)"):
             fn = calls[name]
             pr = cProfile.Profile()
             pr.enable()

@@ -77,3 +77,60 @@ def test_fused_small_example_by_hand():
     # row 0: 1 * 2 + 1 = 3, 1 * 0.5 + 10 = 10.5; row 1: -6 + 1 -> 0, -1.5 + 10 = 8.5
     assert c.get().tolist() == [[3.0, 10.5], [0.0, 8.5]]
     assert float(amax_out.get()[0]) == 10.5
+
+
+def test_fused_repeated_calls_follow_every_argument():
+    """Repeats take the raw-argument fast path (one entry per distinct call); a changed scale,
+    flag or device-scale value still gives the composed route's result, bit for bit, and bad
+    input after a cached call is still rejected."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    rng = np.random.default_rng(3)
+    x = cp.asarray((rng.standard_normal((130, 96)) * 4).astype(np.float32))
+    w = G.encode(cp.asarray(rng.standard_normal((40, 96)).astype(np.float32)), "e4m3", saturate=True)
+    dev_scale = cp.full(1, np.float32(0.03), cp.float32)
+
+    def both(**kw):
+        fused = GM.gemm_fused(x, w, "e4m3", out_dtype="float32", check=False, **kw)
+        composed = GM.gemm_fused(x, w, "e4m3", out_dtype="float32", kernel="composed", **kw)
+        assert bool((fused.view(cp.uint32) == composed.view(cp.uint32)).all()), kw
+        return fused
+
+    first = both(scale_a=0.5)
+    out = cp.empty((130, 40), cp.float32)
+    n0 = len(GM._fused_fast.keys())
+    for _ in range(3):   # one entry for the three calls: the later two found it
+        r = GM.gemm_fused(x, w, "e4m3", scale_a=0.5, out_dtype="float32", out=out, check=False)
+        assert r is out and bool((out == first).all())
+    assert len(GM._fused_fast.keys()) == n0 + 1
+    both(scale_a=0.25)
+    both(scale_a=0.25, relu=True)
+    both(scale_a=0.25, bias=cp.asarray(rng.standard_normal(40).astype(np.float32)))
+    both(scale_a=dev_scale)
+    dev_scale[...] = 0.07   # same array, new value: read on the device at each call
+    both(scale_a=dev_scale)
+    both(scale_a=dev_scale, scale_b=2.0)
+    with pytest.raises(ValueError, match="saturate"):
+        GM.gemm_fused(x, w, "e4m3", scale_a=0.5, out_dtype="float32", saturate="yes", check=False)
+    with pytest.raises(ValueError, match="finite and > 0"):
+        GM.gemm_fused(x, w, "e4m3", scale_a=cp.zeros(1, cp.float32), out_dtype="float32")
+
+
+def test_fused_imported_input_read_in_place():
+    """An A imported through DLPack (whose memory may report another size) is read in place when
+    its rows end on 16-byte boundaries (no copy per call); with a ragged K it may be copied rather
+    than over-read. Both give the composed route's result."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    rng = np.random.default_rng(4)
+    for K in (96, 130):
+        x = cp.asarray(rng.standard_normal((70, K)).astype(np.float32))
+        xi = cp.from_dlpack(x)
+        if K == 96:
+            assert GM._k_major(xi, 4, cp, "qa", whole_rows=True) is xi
+        w = G.encode(cp.asarray(rng.standard_normal((24, K)).astype(np.float32)), "e4m3", saturate=True)
+        fused = GM.gemm_fused(xi, w, "e4m3", scale_a=0.125, out_dtype="float32", kernel="fused")
+        composed = GM.gemm_fused(x, w, "e4m3", scale_a=0.125, out_dtype="float32", kernel="composed")
+        assert bool((fused.view(cp.uint32) == composed.view(cp.uint32)).all())

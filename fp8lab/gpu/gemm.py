@@ -127,16 +127,24 @@ def _encode_tmap(ptr: int, es: int, dims, strides, box) -> bytes:
     return ctypes.string_at(addr, 128)
 
 
+# The map encodings are pure functions of their integers (memoized: a plan rebuilt for a new
+# output address re-encodes only C's map)
+@functools.lru_cache(maxsize=1024)
 def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int) -> bytes:
     """Tensor map of a row-major (rows, cols) operand of ``es``-byte elements: 2-D, box
     (128 rows, 128 bytes)."""
     return _encode_tmap(ptr, es, (cols, rows), (stride,), (128 // es, 128))
 
 
+@functools.lru_cache(maxsize=1024)
+def _cmap_at(ptr: int, M: int, N: int, G: int) -> bytes:
+    return _encode_tmap(ptr, 2, (N, M, G), (N * 2, M * N * 2), (64, 64, 1))
+
+
 def _cmap_bytes(c, M: int, N: int, G: int) -> bytes:
     """Tensor map of a C-contiguous 16-bit output holding G (M, N) products: 3-D (N, M, G), box
     (64 columns, 64 rows, 1): TMA clips each GEMM's stores at its own M and N."""
-    return _encode_tmap(c.data.ptr, 2, (N, M, G), (N * 2, M * N * 2), (64, 64, 1))
+    return _cmap_at(c.data.ptr, M, N, G)
 
 
 def _tmaps(a, b, es, c=None):
@@ -196,8 +204,12 @@ def _k_major(x, es, cp, role="pad", whole_rows=False):
     what lies past K)."""
     rows, K = x.shape
     ok = x.data.ptr % 16 == 0 and x.strides[0] % 16 == 0 and x.strides[0] >= K * es
-    if ok and whole_rows:
-        ok = x.data.ptr - x.data.mem.ptr + (rows - 1) * x.strides[0] + _kmajor_stride(K * es) <= x.data.mem.size
+    if ok and whole_rows and K * es % 16:
+        # the last row's read passes the array's end: only inside an allocation whose size is
+        # known (CuPy's own; an imported array's memory, DLPack's, may report another size)
+        mem = x.data.mem
+        ok = (isinstance(mem, _owned_memory(cp))
+              and x.data.ptr - mem.ptr + (rows - 1) * x.strides[0] + _kmajor_stride(K * es) <= mem.size)
     if ok:
         return x
     kp = _kmajor_stride(K * es) // es
@@ -205,6 +217,13 @@ def _k_major(x, es, cp, role="pad", whole_rows=False):
     y = cp.zeros((rows, kp), x.dtype) if role is None else _workspace(role, rows, kp, x.dtype, cp)
     y[:, :K] = x
     return y[:, :K]
+
+
+@functools.lru_cache(maxsize=None)
+def _owned_memory(cp) -> tuple:
+    """CuPy's memory classes whose ``size`` is the allocation's."""
+    m = cp.cuda.memory
+    return tuple(t for t in (getattr(m, "PooledMemory", None), getattr(m, "Memory", None)) if t is not None)
 
 
 def _kmajor_stride(k: int) -> int:
@@ -864,6 +883,72 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     """
     import cupy as cp
 
+    global last_kernel
+    if out is None and out_dtype in _FUSED_ODT and isinstance(a, cp.ndarray) and isinstance(b, cp.ndarray) \
+            and a.ndim == 2 and b.ndim == 2:
+        out = cp.empty((a.shape[0], b.shape[0]), _FUSED_ODT[out_dtype])
+    key = _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale,
+                          saturate, out_saturate, amax_a, amax_out, bfloat16, out, check, kernel)
+    hit = None if key is None else _fused_fast.get(key)
+    if hit is not None:   # a repeat of a checked call: its launches, its device scales
+        launches, sa, sb = hit
+        _run(launches, a, b, out, scale_a if sa is None else sa, scale_b if sb is None else sb)
+        last_kernel = "wgmma-fused"
+        return out
+    out, launches, sa, sb = _gemm_fused(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype,
+                                        out_scale, saturate, out_saturate, amax_a, amax_out, bfloat16,
+                                        out, check, kernel)
+    if launches is not None and key is not None:
+        _fused_fast.put(key, (launches, None if isinstance(scale_a, cp.ndarray) else sa,
+                              None if isinstance(scale_b, cp.ndarray) else sb))
+    return out
+
+
+#: out_dtype -> the dtype of gemm_fused's output array
+_FUSED_ODT = {"float32": np.float32, "bfloat16": np.uint16, "float16": np.float16, "e4m3": np.uint8,
+              "e5m2": np.uint8}
+#: gemm_fused's launch plans keyed on its raw arguments (pointers, shapes, strides, dtypes and
+#: values): a repeated call skips the argument checks and resolution, which cost more host time
+#: than the launch. Only calls whose checked plan was stored (_plans) enter; device scales only
+#: with check=False (a checked device scale is read on every call).
+_fused_fast = BoundedCache(256)
+_SCALAR = (int, float, np.floating, np.integer)
+
+
+def _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale,
+                    saturate, out_saturate, amax_a, amax_out, bfloat16, out, check, kernel):
+    """The raw-argument key of a gemm_fused call, or None where the call is not eligible (an
+    argument that is neither a CuPy array nor a plain number or string, or a device scale read
+    for checking)."""
+    def arr(x):
+        if x is None:
+            return None
+        if not isinstance(x, cp.ndarray):
+            raise TypeError
+        return x.data.ptr, x.shape, x.strides, x.dtype.char
+
+    def scale(x):
+        if isinstance(x, _SCALAR) and not isinstance(x, bool):
+            return float(x), type(x)
+        if check:
+            raise TypeError
+        return arr(x)
+
+    try:
+        key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
+                scale(scale_a), scale(scale_b), arr(bias), bool(relu), str(out_dtype),
+                None if out_scale is None else scale(out_scale), saturate, out_saturate, arr(amax_a),
+                arr(amax_out), bool(bfloat16), arr(out), kernel, TMA_STORE, QA_ONCE_MIN_TILES_N)
+        hash(key)
+        return key
+    except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
+        return None
+
+
+def _gemm_fused(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale, saturate,
+                out_saturate, amax_a, amax_out, bfloat16, out, check, kernel):
+    """gemm_fused's checks, resolution and launches: (the output, the launch list where it was
+    stored for replay (else None), the device scales it ran with)."""
     from .quantize import _amax_buffer, _resolve_cast_args
 
     global last_kernel
@@ -928,12 +1013,12 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
         raise ValueError(f"out for out_dtype={out_dtype!r} must be a C-contiguous ({M}, {N}) uint8 array")
     if out.size == 0:
         last_kernel = None
-        return out
+        return out, None, sa, sb
     fused = kernel == "fused" or (kernel == "auto" and _wgmma_ok())
     if not fused or K == 0:
         last_kernel = "composed"
         return _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
-                               sat_a, sat_o, amax_a, amax_out, out, cp)
+                               sat_a, sat_o, amax_a, amax_out, out, cp), None, sa, sb
     key = ("fused", cp.cuda.Device().id, a.data.ptr, a.shape, a.strides, kind, b.data.ptr, b.shape,
            b.strides, fa.name, fb.name, sa.data.ptr, sb.data.ptr, sat_a,
            None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
@@ -946,9 +1031,13 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
                                            sat_a, sat_o, amax_a, amax_out, out, cp)
         if replay:
             _plans.put(key, launches)
+        else:
+            _run(launches, a, b, out, sa, sb)
+            last_kernel = "wgmma-fused"
+            return out, None, sa, sb
     _run(launches, a, b, out, sa, sb)
     last_kernel = "wgmma-fused"
-    return out
+    return out, launches, sa, sb
 
 
 def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,
