@@ -184,10 +184,42 @@ def test_captured_graph_survives_cache_turnover():
         for o in others:
             GM.gemm(a, b, "e4m3", "e4m3", out=o, **kw)
         s.synchronize()
-        assert len(GM._plans) <= GM._plans.limit and GM._plans.kept() >= 1
+        # the call captured is kept by the plan caches (the raw-argument one finds it first)
+        assert len(GM._plans) <= GM._plans.limit and len(GM._gemm_fast) <= GM._gemm_fast.limit
+        assert GM._plans.kept() + GM._gemm_fast.kept() >= 1
         del others, o
         junk = [cp.full(1 << 16, 0xFF, cp.uint8) for _ in range(200)]   # reuse the freed memory
         graph.launch(stream=s)
         s.synchronize()
     assert np.array_equal(out.get(), ref)
     del junk
+
+
+def test_gemm_repeated_calls_follow_every_argument():
+    """Calls with ``out`` given replay their plan from the raw arguments (one entry per distinct
+    call); each result equals the same product through the full path (``out=None``)."""
+    import cupy as cp
+    import fp8lab.gpu.gemm as GM
+    a = cp.random.randint(0, 0x70, (300, 512), dtype=cp.uint8)   # rows 16-byte aligned: replayable
+    b = cp.random.randint(0, 0x70, (264, 512), dtype=cp.uint8)
+    sa_dev = cp.full(1, 0.5, cp.float32)
+    rows = cp.linspace(0.5, 2.0, 300, dtype=cp.float32)
+    cols = cp.linspace(1.0, 3.0, 264, dtype=cp.float32)
+    out = cp.empty((300, 264), cp.uint16)
+    cases = [dict(scale_a=0.5), dict(scale_a=0.25), dict(scale_a=sa_dev), dict(scale_a=sa_dev, scale_b=4.0),
+             dict(scaling="row_col", scale_a=rows, scale_b=cols)]
+    for kw in cases:
+        n0 = len(GM._gemm_fast.keys())
+        for _ in range(3):
+            got = GM.gemm(a, b, "e4m3", out_dtype="bfloat16", out=out, **kw)
+            assert got is out
+            assert bool((out == GM.gemm(a, b, "e4m3", out_dtype="bfloat16", **kw)).all()), kw
+        assert len(GM._gemm_fast.keys()) == n0 + 1, kw
+    sa_dev[...] = 0.125   # same array, new value: read on the device at each call
+    assert bool((GM.gemm(a, b, "e4m3", out_dtype="bfloat16", out=out, scale_a=sa_dev)
+                 == GM.gemm(a, b, "e4m3", out_dtype="bfloat16", scale_a=0.125)).all())
+    bt = cp.ascontiguousarray(b.T)
+    GM.gemm(a, bt, "e4m3", layout="nn", out_dtype="bfloat16", out=out)
+    assert bool((out == GM.gemm(a, b, "e4m3", out_dtype="bfloat16")).all())
+    with pytest.raises(ValueError, match="inner dimensions"):
+        GM.gemm(a, bt, "e4m3", out_dtype="bfloat16", out=out)

@@ -398,8 +398,9 @@ def _run(launches, a, b, out, sa, sb):
 _plans = BoundedCache(256)
 
 
-def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G=1) -> str:
-    """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name."""
+def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G=1, plan_out=None) -> str:
+    """Run one wgmma-path call through its cached launch plan (built on a miss); the kernel name.
+    ``plan_out``: a list that receives the plan where it is replayable."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
            FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
@@ -408,9 +409,11 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
                                              kb, cp, G)
         if replay:
-            _plans.put(key, (launches, name))
+            plan = _plans.put(key, (launches, name))
     else:
         launches, name = plan
+    if plan is not None and plan_out is not None:
+        plan_out.append(plan)
     _run(launches, a, b, out, sa, sb)
     return name
 
@@ -482,6 +485,14 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
     """
     import cupy as cp
 
+    global last_kernel
+    key = _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, out_dtype, out, kernel)
+    hit = None if key is None else _gemm_fast.get(key)
+    if hit is not None:   # a repeat of a checked call: its launches, its device scales
+        launches, name, sa, sb = hit
+        _run(launches, a, b, out, scale_a if sa is None else sa, scale_b if sb is None else sb)
+        last_kernel = name
+        return out
     fa = get_format(fmt_a)
     fb = get_format(fmt_b if fmt_b is not None else fmt_a)
     _check_choices(scaling, out_dtype)
@@ -507,12 +518,15 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
     else:
         sa, sb = _scale(scale_a, (M, kb), "scale_a"), _scale(scale_b, (-(-N // BLOCK), kb), "scale_b")
     out = _output(out, (M, N), out_dtype, cp)
-    global last_kernel
     if _empty_product(out, K):
         last_kernel = None
         return out
     if kernel == "wgmma" or (kernel == "auto" and _wgmma_ok()):
-        last_kernel = _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp)
+        plan = []
+        last_kernel = _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, plan_out=plan)
+        if plan and key is not None:
+            _gemm_fast.put(key, plan[0] + (None if isinstance(scale_a, cp.ndarray) else sa,
+                                           None if isinstance(scale_b, cp.ndarray) else sb))
         return out
     ta, tb = _f16_table(fa), _f16_table(fb)
     k = _loader.kernel("gemm.cu", _instance(layout, scaling, out_dtype))
@@ -521,6 +535,38 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
                      np.int32(b.strides[0]), np.int32(N), ta, tb, sa, sb, np.int32(kb)))
     last_kernel = "mma"
     return out
+
+
+#: gemm's launch plans keyed on its raw arguments, as gemm_fused's (_fused_fast): calls with
+#: ``out`` given, host-number scales ("tensor" scaling) or float32 C-contiguous device scales
+#: (used as given, so their address is the plan's)
+_gemm_fast = BoundedCache(256)
+
+
+def _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, out_dtype, out, kernel):
+    """The raw-argument key of a gemm call, or None where the call is not eligible."""
+    def arr(x):
+        if not isinstance(x, cp.ndarray):
+            raise TypeError
+        return x.data.ptr, x.shape, x.strides, x.dtype.char
+
+    def scale(x):
+        if isinstance(x, _SCALAR) and not isinstance(x, bool) and scaling == "tensor":
+            return float(x), type(x)
+        if not (isinstance(x, cp.ndarray) and x.dtype == cp.float32 and x.flags.c_contiguous):
+            raise TypeError
+        return arr(x)
+
+    if out is None:
+        return None
+    try:
+        key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
+               scale(scale_a), scale(scale_b), str(scaling), str(layout), str(out_dtype), arr(out),
+               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
+        hash(key)
+        return key
+    except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
+        return None
 
 
 def transpose(x):
