@@ -223,3 +223,25 @@ def test_gemm_repeated_calls_follow_every_argument():
     assert bool((out == GM.gemm(a, b, "e4m3", out_dtype="bfloat16")).all())
     with pytest.raises(ValueError, match="inner dimensions"):
         GM.gemm(a, bt, "e4m3", out_dtype="bfloat16", out=out)
+
+
+def test_plans_do_not_hold_the_callers_arrays():
+    """A cached plan must not keep a call's output (or inputs) alive: 40 calls with out=None whose
+    results are dropped leave the pool's used memory where it was (give or take the caches'
+    workspaces) and reuse one output address, so they share a plan or two."""
+    import cupy as cp
+    import fp8lab.gpu.gemm as GM
+    pool = cp.get_default_memory_pool()
+    a = cp.random.randint(0, 0x70, (1024, 512), dtype=cp.uint8)
+    b = cp.random.randint(0, 0x70, (1024, 512), dtype=cp.uint8)
+    x = cp.random.standard_normal((1024, 512), dtype=cp.float32)
+    for call in (lambda: GM.gemm(a, b, "e4m3", out_dtype="bfloat16"),
+                 lambda: GM.gemm_fused(x, b, "e4m3", scale_a=0.25, out_dtype="bfloat16", check=False)):
+        call()
+        cp.cuda.Device().synchronize()
+        used, plans = pool.used_bytes(), len(GM._plans)
+        for _ in range(40):   # each output 2 MB: held by plans, 80 MB
+            call()
+        cp.cuda.Device().synchronize()
+        assert pool.used_bytes() - used < 8 << 20
+        assert len(GM._plans) - plans <= 2

@@ -292,9 +292,10 @@ def _decode_f16_pair(a, b, fa, fb, cp, launches, b_derived=False):
     work = (ra + rb) * (kp // 8)
     consts = (np.int32(ra), np.int32(a.strides[0]), np.int32(rb), np.int32(b.strides[0]),
               np.int32(K), np.int32(kp))
+    bw = b if b_derived else None   # a plan must not hold the caller's arrays (see _gemm_wgmma)
     launches.append((k, (max(1, min(-(-work // 256), _sm_count() * 8)),), (256,),
                      lambda a_, b_, out, sa, sb: (a_, ya, consts[0], consts[1],
-                                                  b if b_derived else b_, yb, consts[2], consts[3],
+                                                  b_ if bw is None else bw, yb, consts[2], consts[3],
                                                   consts[4], consts[5], ta, tb), 0))
     return ya[:, :K], yb[:, :K]
 
@@ -354,10 +355,14 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
         k.max_dynamic_shared_size_bytes = smem
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
             np.int32(cmap), np.int32(splits))
-    ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else out
+    # The launch arguments take the call's arrays when run, never from this scope: a cached plan
+    # holding the caller's output (or A, B) would keep that memory alive while the plan lives
+    # (up to _plans.limit outputs), and its address from being reused by the next call's output.
+    ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else None
     launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
-                                                sb, dims[4], dims[5], dims[6], dims[7], ws, _NULL) + _NO_FUSION,
+                                                sb, dims[4], dims[5], dims[6], dims[7],
+                                                out if ws is None else ws, _NULL) + _NO_FUSION,
                      smem))
     if splits > 1:
         r = _loader.kernel("gemm_wgmma.cu", f"splitk_reduce<{SCALINGS.index(scaling)}, "
@@ -1121,6 +1126,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     xspec, xcodes = _cvt_params(fa, sat_a) if qa else (np.uint32(0), np.uint32(0))
     ospec, ocodes = _cvt_params(fo, sat_o) if fo is not None else (np.uint32(0), np.uint32(0))
     x = a if xa is None else xa
+    xcopy = None if xa is None or xa is a else xa   # the padded copy, or None: the call's own A
     ldx = x.strides[0] // x.itemsize if M > 1 else K
     ptr = lambda x: _NULL if x is None else x
     bits = lambda m: _NULL if m is None else m.view(cp.uint32)
@@ -1133,7 +1139,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     tiles = tiles_m * (-(-N // 128))
     launch = (k, (min(tiles, _sm_count()),), (384,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
-              (out_, _NULL, _NULL if qa == 0 else a_ if xa is a else xa) + tail, smem)
+              (out_, _NULL, _NULL if qa == 0 else a_ if xcopy is None else xcopy) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
 
 
