@@ -212,12 +212,14 @@ def bench(log, shapes=SHAPES, kernel="auto"):
     return rows
 
 
-VARIANTS = {"v0": {"WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False},
-            "v1": {"WGMMA_OVERLAP": True, "TMA_STORE": False, "SPLIT_K": False},
-            "v2": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": False},
-            "v3": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True}}
-#: variants that must reproduce v0 bit for bit (split-K changes the order of the fp32 sums)
-SAME_BITS = ("v1", "v2")
+VARIANTS = {"v0": {"WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False, "WIDE_TILES": "never"},
+            "v1": {"WGMMA_OVERLAP": True, "TMA_STORE": False, "SPLIT_K": False, "WIDE_TILES": "never"},
+            "v2": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": False, "WIDE_TILES": "never"},
+            "v3": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True, "WIDE_TILES": "never"},
+            "v4": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True, "WIDE_TILES": "always"}}
+#: variants whose outputs must reproduce v0's bit for bit, per case (split-K changes the order of
+#: the fp32 sums, and so do the f16 path's wide tiles: their difference is reported instead)
+SAME_BITS = {"v1": ("e4m3", "blk", "hif8"), "v2": ("e4m3", "blk", "hif8"), "v4": ("e4m3", "blk")}
 
 
 def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 3456, 512),
@@ -225,9 +227,10 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                                  (512, 3456, 8192), (256, 512, 8192))):
     """Kernel variants side by side with cuBLASLt (flags of fp8lab.gpu.gemm, :data:`VARIANTS`):
     v0 issue-wait-promote with direct stores, v1 overlapped promotion, v2 v1 + TMA-store epilogue,
-    v3 v2 + split-K. e4m3 NT per-tensor and block-scaled, hif8 NT; bfloat16 out. The outputs of
-    the :data:`SAME_BITS` variants must be bit-identical to v0's; v3's are compared by their
-    error against v0 (max |diff| / max |v0|)."""
+    v3 v2 + split-K, v4 v3 + wide tiles wherever the kernel has them. e4m3 NT per-tensor and
+    block-scaled, hif8 NT; bfloat16 out. The outputs of the :data:`SAME_BITS` variants must be
+    bit-identical to v0's; the others are compared by their difference from v0 (max |diff| /
+    max |v0|)."""
     import cupy as cp
     import torch
     import fp8lab.gpu.codecs as G
@@ -264,7 +267,7 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                         out=out)) / 1e12
                     if ref is None:
                         ref = out
-                    elif v in SAME_BITS:
+                    elif name in SAME_BITS.get(v, ()):
                         same.append(bool((out == ref).all()))
                     else:
                         f32 = lambda u: (u.astype(cp.uint32) << 16).view(cp.float32)
@@ -276,13 +279,55 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                 f"{row[(n, v)]:9.0f}" for n in ("e4m3", "blk", "hif8") for v in names)
                 + "  " + " ".join(f"{row[(n, v)] / lt:.3f}" for n in ("e4m3", "blk") for v in names)
                 + "  " + " ".join("yes" if x else "NO" for x in same)
-                + "  v3-v0 " + " ".join(f"{row[(n, 'v3', 'diff')]:.1e}" for n in ("e4m3", "blk", "hif8")))
+                + "  v3-v0 " + " ".join(f"{row[(n, 'v3', 'diff')]:.1e}" for n in ("e4m3", "blk", "hif8"))
+                + f"  v4-v0 hif8 {row[('hif8', 'v4', 'diff')]:.1e}")
             del a, b, ha, hb, ta, tb, sa, sb
             cp.get_default_memory_pool().free_all_blocks()
     finally:
         for k, val in saved.items():
             setattr(GM, k, val)
     log(f"variant outputs differing from v0: {bad}")
+    return bad
+
+
+def check_wide(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520), (640, 456, 700))):
+    """Wide CTA tiles (``WIDE_TILES="always"``) against 128-wide ones on the same inputs, NT and NN,
+    tensor and row_col scales, every out dtype. FP8 pairs must agree bit for bit (the same
+    additions per element); the f16 path accumulates in another order, so its difference is
+    reported (and :func:`check` bounds its error against float64). Returns the FP8 differences."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    saved = GM.WIDE_TILES
+    bad = n = 0
+    f16_diff = 0.0
+    try:
+        for (M, N, K) in shapes:
+            for fa, fb in PAIRS:
+                a, bt = _codes(cp, G, (M, K), fa), _codes(cp, G, (N, K), fb)
+                for layout in ("nt", "nn"):
+                    b = bt if layout == "nt" else cp.ascontiguousarray(bt.T)
+                    for scaling in ("tensor", "row_col"):
+                        sa, sb = _make_scales(cp, scaling, M, N, K)
+                        for od in GM.OUT_DTYPES:
+                            outs = []
+                            for wide in ("never", "always"):
+                                GM.WIDE_TILES = wide
+                                outs.append(GM.gemm(a, b, fa, fb, scale_a=sa, scale_b=sb, scaling=scaling,
+                                                    layout=layout, out_dtype=od))
+                            n += 1
+                            if GM.last_kernel == "wgmma-fp8":
+                                if not bool((outs[0].view(cp.uint8) == outs[1].view(cp.uint8)).all()):
+                                    bad += 1
+                                    log(f"DIFFER {M}x{N}x{K} {fa}x{fb} {layout} {scaling} {od}")
+                            else:
+                                x, y = (_to_f64(cp, o, od) for o in outs)
+                                den = float(cp.abs(x).max()) or 1.0
+                                f16_diff = max(f16_diff, float(cp.abs(x - y).max()) / den)
+    finally:
+        GM.WIDE_TILES = saved
+    log(f"wide tiles vs 128-wide: {n} cases, {bad} FP8 cases differing; f16 path max |diff| / max |C| "
+        f"{f16_diff:.1e}")
     return bad
 
 
@@ -494,9 +539,12 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true", help="one tiny case (for compute-sanitizer)")
     ap.add_argument("--kernel", default="auto", help="auto, wgmma or mma")
     ap.add_argument("--grouped", action="store_true", help="grouped GEMM check and benchmark")
-    ap.add_argument("--shapes", default=None, help="bench shapes, e.g. 8192x8192x8192,2048x1024x1024")
+    ap.add_argument("--shapes", default=None, help="--bench and --variants shapes, e.g. 8192x8192x8192,2048x1024x1024")
     ap.add_argument("--variants", action="store_true",
                     help="wgmma kernel variants side by side, vs cuBLASLt")
+    ap.add_argument("--wide", choices=("auto", "always", "never"), default=None,
+                    help="fp8lab.gpu.gemm.WIDE_TILES for --check and --bench; --check also compares "
+                         "wide and 128-wide tiles")
     ap.add_argument("--accuracy", action="store_true",
                     help="error vs float64: fp8lab vs cuBLASLt with and without fast accumulation")
     a = ap.parse_args(argv)
@@ -514,10 +562,16 @@ def main(argv=None):
         check_grouped_ragged(print)
         bench_grouped(print)
         bench_grouped_ragged(print)
+    if a.wide is not None:
+        import fp8lab.gpu.gemm as GM
+        GM.WIDE_TILES = a.wide
     if a.check:
         check(print, kernel=a.kernel)
+        if a.wide is not None:
+            check_wide(print)
     if a.variants:
-        bench_variants(print)
+        bench_variants(print, **({} if a.shapes is None else {"shapes": [tuple(int(v) for v in s.split("x"))
+                                                                       for s in a.shapes.split(",")]}))
     if a.accuracy:
         accuracy(print)
     if a.bench:

@@ -20,11 +20,18 @@
 // identical results). acc + 2 partials = 192 fp32 registers: the producer warpgroup gives its
 // registers up (setmaxnreg.dec 40) and the consumers take them (setmaxnreg.inc 232).
 // CMAP = 1 (16-bit outputs with 16-byte aligned rows): the epilogue goes through shared memory and
-// TMA. Each consumer writes its 64 x 128 sub-tile (two 64 x 64 boxes, 128B swizzle: conflict-free)
-// into its own 16 KB staging buffer behind the stage ring, one thread issues the TMA stores (out-
+// TMA. Each consumer writes its 64 x BN sub-tile (BN / 64 boxes of 64 x 64, 128B swizzle: conflict-
+// free) into its own 128 BN-byte staging buffer behind the stage ring, one thread issues the TMA stores (out-
 // of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G) map at tmaps[256..383])
 // and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
+// BN > 128 (wide tiles, plain GEMMs: QA = 0, tensor or row_col scales, 16/32-bit outputs, OVL = 0):
+// CTA tile 128 x BN, each consumer 64 x BN (wgmma m64nBN). Fewer shared-memory bytes per MAC:
+// every wgmma reads its 64-row A slice and the whole B tile, so a wider B amortizes A's reads,
+// and TMA writes (128 + BN) rows per 128 x BN outputs. FP8 (BN = 192): one partial, promoted as
+// with OVL = 0 (96 + 96 registers), same additions per element as BN = 128. f16 (BN = 256,
+// DIRECT): the products of fp16 values accumulate in fp32 in the tensor cores over the whole K
+// (128 registers, no partial), K-tiles of 64 elements (one atom column; 48 KB stages).
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
 // scales per GEMM one after the other; the persistent CTAs take the tiles of all G GEMMs.
 // gtab != null: G GEMMs of any shapes in one launch (QA = 0, no split). GEMM g's record is
@@ -58,7 +65,6 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define WG_BM 128
-#define WG_BN 128
 #define WG_BK 128
 #define WG_THREADS 384
 #define QA_NB 8    // quantize-on-load once: 16-byte chunks of A per thread loaded at once
@@ -110,23 +116,40 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
-#define WG_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define WG_OPS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define WG_MMA(SHAPE_TYPES, TAIL)                                                               \
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                 \
-                 " wgmma.mma_async.sync.aligned." SHAPE_TYPES " " WG_REGS ", %64, %65, p, 1, 1" \
-                 TAIL ";\n}\n"                                                                  \
-                 : WG_OPS : "l"(da), "l"(db), "r"(scale_d))
+// Accumulator operands of a wgmma with R registers per thread (N = 2R columns): the register list,
+// the operands, then the indices of the two descriptors and of scale-d
+#define WG_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define WG_OPS64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WG_TAIL64 ", %64, %65, p, 1, 1"
+#define WG_SD64 "%66"
+#define WG_REGS96 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define WG_OPS96 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define WG_TAIL96 ", %96, %97, p, 1, 1"
+#define WG_SD96 "%98"
+#define WG_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define WG_OPS128 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_TAIL128 ", %128, %129, p, 1, 1"
+#define WG_SD128 "%130"
+#define WG_MMA(R, SHAPE_TYPES, TAIL)                                                             \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " WG_SD##R ", 0;\n"                           \
+                 " wgmma.mma_async.sync.aligned." SHAPE_TYPES " " WG_REGS##R WG_TAIL##R TAIL ";\n}\n" \
+                 : WG_OPS##R : "l"(da), "l"(db), "r"(scale_d))
 
-// T: 0 e4m3, 1 e5m2, 2 f16 (then both are f16)
-template <int TA, int TB>
+// T: 0 e4m3, 1 e5m2, 2 f16 (then both are f16); N columns (128, 192 or 256)
+#define WG_MMA_N(R, N)                                                                          \
+    if constexpr (TA == 2) WG_MMA(R, "m64n" #N "k16.f32.f16.f16", ", 0, 0");                      \
+    else if constexpr (TA == 0 && TB == 0) WG_MMA(R, "m64n" #N "k32.f32.e4m3.e4m3", "");          \
+    else if constexpr (TA == 1 && TB == 0) WG_MMA(R, "m64n" #N "k32.f32.e5m2.e4m3", "");          \
+    else if constexpr (TA == 0 && TB == 1) WG_MMA(R, "m64n" #N "k32.f32.e4m3.e5m2", "");          \
+    else WG_MMA(R, "m64n" #N "k32.f32.e5m2.e5m2", "")
+template <int TA, int TB, int N>
 __device__ __forceinline__ void wg_mma(float* d, u64 da, u64 db, int scale_d) {
-    if constexpr (TA == 2) WG_MMA("m64n128k16.f32.f16.f16", ", 0, 0");
-    else if constexpr (TA == 0 && TB == 0) WG_MMA("m64n128k32.f32.e4m3.e4m3", "");
-    else if constexpr (TA == 1 && TB == 0) WG_MMA("m64n128k32.f32.e5m2.e4m3", "");
-    else if constexpr (TA == 0 && TB == 1) WG_MMA("m64n128k32.f32.e4m3.e5m2", "");
-    else WG_MMA("m64n128k32.f32.e5m2.e5m2", "");
+    static_assert(N == 128 || N == 192 || N == 256, "wgmma widths: 128, 192, 256");
+    if constexpr (N == 128) { WG_MMA_N(64, 128); }
+    else if constexpr (N == 192) { WG_MMA_N(96, 192); }
+    else { WG_MMA_N(128, 256); }
 }
+#undef WG_MMA_N
 
 // row, 16-byte chunk -> byte offset inside a 128 x 128 B tile in TMA's 128B-swizzled layout (the
 // chunk XORed with row % 8; `key`: that value where the caller knows it without the row)
@@ -317,7 +340,7 @@ __device__ __forceinline__ void qa_done(u32* qsync, int tiles_m) {
     }
 }
 
-template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0>
+template <int TA, int TB, int SCALE, int OUT, int ST, int OVL, int QA = 0, int BN = 128>
 __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         const u8* __restrict__ tmaps, void* __restrict__ C, int M, int N, int K, int ldc,
         const float* __restrict__ sa, const float* __restrict__ sb, int kblocks, int G, int cmap,
@@ -329,11 +352,17 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     constexpr int QIN = QA & 3;         // quantize-on-load input: 1 bfloat16, 2 float16, 3 float32
     constexpr bool QONCE = QA >= 4;     // converted once before the GEMM (else in the producer)
     static_assert(OUT < 3 || TA < 2, "8-bit outputs: FP8 operands");
+    static_assert(BN == 128 || (QA == 0 && SCALE != 2 && OUT < 3 && OVL == 0), "wide tiles: plain GEMM, no overlap");
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
-    constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column)
-    constexpr int TILE_BYTES = ATOM * ES;             // one operand's K-tile
-    constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-    constexpr int STEPS = 4 * ES;                     // wgmma per K-tile (32 B of K each)
+    constexpr bool DIRECT = TA == 2 && BN > 128;      // f16 wide tiles: accumulate in the tensor cores
+    constexpr bool BIG = OVL || BN > 128;             // consumers take the producer's registers
+    constexpr int KA = DIRECT ? 1 : ES;               // 128-byte atom columns of K per stage
+    constexpr int KB = 128 * KA / ES;                 // K elements per stage (a K-tile): 128, DIRECT 64
+    constexpr int ATOM = 128 * 128;                   // 128 rows x 128 B (one swizzle atom column of A)
+    constexpr int TILE_A = ATOM * KA, TILE_B = BN * 128 * KA;
+    constexpr int STAGE_BYTES = TILE_A + TILE_B;
+    constexpr int STEPS = 4 * KA;                     // wgmma per K-tile (32 B of K each)
+    constexpr int NR = BN / 2;                        // accumulator registers per thread
     extern __shared__ u8 dsm[];
     __shared__ __align__(8) u64 full_bar[ST], empty_bar[ST];
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<size_t>(dsm) + 1023) & ~(size_t)1023);
@@ -341,10 +370,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 
     // Shapes of the GEMM a tile belongs to: the arguments' one, or (gtab) each GEMM's own, loaded
     // by tile_mn into these per-thread variables (and M, N, K, ldc, kblocks) as the thread moves on
-    int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + BN - 1) / BN;
     const int per_gemm = tiles_m * tiles_n;   // stacked GEMMs only
     int per_group = WG_GROUP_M * tiles_n;
-    int ktiles = (K + WG_BK - 1) / WG_BK;
+    int ktiles = (K + KB - 1) / KB;
     const int* gstart = gtab + 16 * G;   // gtab: each GEMM's first tile, then the total
     const int ntiles = gtab != nullptr ? gstart[G] : G * per_gemm * splits;
     int gv = 0;   // gtab: the GEMM of this thread's current tile (its tiles only increase)
@@ -357,9 +386,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             while (gstart[gv + 1] <= tile) gv++;   // GEMMs without tiles skipped
             const int* r = gtab + 16 * gv;
             M = r[0]; N = r[1]; K = r[2]; ldc = r[3]; kblocks = r[10];
-            tiles_m = (M + WG_BM - 1) / WG_BM; tiles_n = (N + WG_BN - 1) / WG_BN;
+            tiles_m = (M + WG_BM - 1) / WG_BM; tiles_n = (N + BN - 1) / BN;
             per_group = WG_GROUP_M * tiles_n;
-            ktiles = (K + WG_BK - 1) / WG_BK;
+            ktiles = (K + KB - 1) / KB;
             g = gv; sp = 0; kb0 = 0; nk = ktiles;
             tile -= gstart[gv];
         } else {
@@ -414,7 +443,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // Persistent: CTA b takes tiles b, b + grid, ...; the stage ring runs on across tiles, so the
     // producer already loads the next tile while the consumers run the epilogue.
     if (wg == 0) {  // producer
-        if (OVL) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (BIG) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if constexpr (QA != 0 && !QONCE) {   // quantize-on-load in the producer
             constexpr int XES = QIN == 3 ? 4 : 2;        // input bytes per element
             constexpr int EPC = 16 / XES;               // elements per 16-byte chunk
@@ -440,7 +469,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 int g, tm, tn, sp, kb0, nk;
                 tile_mn(tile, g, tm, tn, sp, kb0, nk);
                 p.tile = tile; p.kt = kb0; p.kend = kb0 + nk; p.h = 0;
-                p.m0 = tm * WG_BM; p.n0 = tn * WG_BN;
+                p.m0 = tm * WG_BM; p.n0 = tn * BN;
                 p.track = xamax != nullptr && tn == 0;   // each element of A once
                 return p;
             };
@@ -454,7 +483,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             // slots of staging buffer `slot` (cp.async, zero-filled outside A; no registers held
             // while in flight). The host guarantees 16-byte aligned rows readable up to K rounded
             // up to EPC.
-            const u32 raw = sbase + ST * STAGE_BYTES + 2 * 16384;
+            const u32 raw = sbase + ST * STAGE_BYTES + 2 * 128 * BN;
             auto issue_pass = [&](const QPos& p, int slot) {
                 if (p.ok) {
 #pragma unroll
@@ -521,8 +550,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 if (p.h == 0) {
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
                     if (tp == 0) {
-                        mbar_expect_tx(fb, TILE_BYTES);
-                        tma_load_2d(dA + TILE_BYTES, tb, p.kt * WG_BK, p.n0, fb);
+                        mbar_expect_tx(fb, TILE_B);
+                        tma_load_2d(dA + TILE_A, tb, p.kt * WG_BK, p.n0, fb);
                     }
                 }
                 u32 q[PASS][2];
@@ -577,7 +606,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 // stacked GEMMs: rows of a partial tile past M (N) come from the next GEMM; they
                 // only reach outputs the epilogue does not store. gtab: each GEMM its own maps.
                 const int m0 = (gtab != nullptr ? 0 : g * M) + tm * WG_BM;
-                const int n0 = (gtab != nullptr ? 0 : g * N) + tn * WG_BN;
+                const int n0 = (gtab != nullptr ? 0 : g * N) + tn * BN;
                 if constexpr (QONCE) {
                     if (tm != qtm) { qa_wait(qsync, tm, qparts); qtm = tm; }
                 }
@@ -586,12 +615,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     if (it >= ST) mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) - 1) & 1);
                     const u32 fb = smem_u32(&full_bar[s]);
                     mbar_expect_tx(fb, STAGE_BYTES);
-                    const u32 dA = sbase + s * STAGE_BYTES, dB = dA + TILE_BYTES;
+                    const u32 dA = sbase + s * STAGE_BYTES, dB = dA + TILE_A;
 #pragma unroll
-                    for (int a = 0; a < ES; a++) {
-                        const int x = kt * WG_BK + a * (WG_BK / ES);
+                    for (int a = 0; a < KA; a++) {
+                        const int x = kt * KB + a * (128 / ES);
                         tma_load_2d(dA + a * ATOM, ta, x, m0, fb);
-                        tma_load_2d(dB + a * ATOM, tb, x, n0, fb);
+                        tma_load_2d(dB + a * BN * 128, tb, x, n0, fb);
                     }
                 }
             }
@@ -601,12 +630,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     }
 
     // consumers
-    if (OVL) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    if (BIG) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
-    float acc[64], part[64], part2[64];
+    float acc[NR], part[DIRECT ? 1 : NR], part2[OVL ? NR : 1];
     const bool use_cmap = (OUT == 1 || OUT == 2) && cmap;
     u64 tc = 0;   // C's tensor map of the current tile, acquired
-    const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 16384;   // this consumer's staging buffer
+    const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 128 * BN;   // this consumer's staging buffer (64 x BN)
     const Fp8Q oq = fp8q_make(OUT >= 3 ? os[0] : 1.f, ospec, ocodes);
     u32 omax = 0;
     // bias, ReLU and the running maximum of one output pair (row r, columns c, c + 1)
@@ -625,7 +654,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int g, tm, tn, sp, kb0, nk;
         tile_mn(tile, g, tm, tn, sp, kb0, nk);
-        const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // inside GEMM g
+        const int m0 = tm * WG_BM, n0 = tn * BN;   // inside GEMM g
         // GEMM g's scales and output (gtab: its own pointers, as 64-bit words at r[4..9])
         const float* sag = sa + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * M : (size_t)g * M * kblocks);
         const float* sbg = sb + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * N : (size_t)g * tiles_n * kblocks);
@@ -641,7 +670,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         constexpr int OES = OUT == 0 ? 4 : OUT <= 2 ? 2 : 1;   // output bytes per element
         const bool pair_ok = (ldc & 1) == 0 && (reinterpret_cast<size_t>(Cg) & (2 * OES - 1)) == 0;
 #pragma unroll
-        for (int i = 0; i < 64; i++) acc[i] = 0.f;
+        for (int i = 0; i < NR; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
         // block scales of K-tile kt for rows r0, r1 (1 otherwise)
         auto scales_of = [&](int kt, float& s0, float& s1) {   // kt counts from kb0
@@ -653,22 +682,23 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 s1 = (r1 < M ? sag[(size_t)r1 * kblocks + kt] : 0.f) * b;
             }
         };
-        // wait for stage s, issue its wgmma into p (the first with scale-d = 0), commit
-        auto issue = [&](float* p, int s) {
+        // wait for stage s, issue its wgmma into p (the first with scale-d = `keep`), commit
+        auto issue = [&](float* p, int s, int keep = 0) {
             mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
-            const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_BYTES;
+            const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_A;
             wg_fence();
 #pragma unroll
             for (int k = 0; k < STEPS; k++) {
-                const u32 off = (k >> 2) * ATOM + (k & 3) * 32;
-                wg_mma<TA, TB>(p, wg_desc(aT + off), wg_desc(bT + off), k > 0);
+                const u32 off = (k & 3) * 32;
+                wg_mma<TA, TB, BN>(p, wg_desc(aT + (k >> 2) * ATOM + off), wg_desc(bT + (k >> 2) * BN * 128 + off),
+                                   k > 0 || keep);
             }
             wg_commit();
         };
         // acc += p (scaled per row for block scaling)
         auto promote = [&](const float* p, float s0, float s1) {
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < NR / 4; j++) {
                 if (SCALE == 2) {
                     acc[4 * j + 0] = fmaf(p[4 * j + 0], s0, acc[4 * j + 0]);
                     acc[4 * j + 1] = fmaf(p[4 * j + 1], s0, acc[4 * j + 1]);
@@ -681,7 +711,22 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             }
         };
         auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
-        if (!OVL) {
+        if constexpr (DIRECT) {
+            // fp16 products accumulate in fp32 in the tensor cores across all K-tiles (no
+            // partial to promote: 128 accumulator registers); a stage is released once the
+            // next K-tile's wgmma are issued and its own have completed
+            if (nk > 0) {
+                issue(acc, it % ST);
+                it++;
+                for (int kt = 1; kt < nk; kt++, it++) {
+                    issue(acc, it % ST, 1);
+                    wg_wait1();
+                    release((it - 1) % ST);
+                }
+                wg_wait0();
+                release((it - 1) % ST);
+            }
+        } else if (!OVL) {
             for (int kt = 0; kt < nk; kt++, it++) {
                 float s0, s1;
                 scales_of(kt, s0, s1);
@@ -736,7 +781,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         if (splits > 1) {   // this split's unscaled fp32 sum (block scales already applied)
             float* w = ws + (size_t)sp * M * N;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < NR / 4; j++) {
                 const int c = n0 + 8 * j + 2 * (lane & 3);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -758,7 +803,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             }
             named_sync(1 + cw, 128);                    // the staging buffer is free again
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < NR / 4; j++) {
                 const int c = n0 + 8 * j + 2 * (lane & 3);
                 float cb0 = 1.f, cb1 = 1.f;
                 if (SCALE == 1) { cb0 = c < N ? sbg[c] : 1.f; cb1 = c + 1 < N ? sbg[c + 1] : 1.f; }
@@ -779,14 +824,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             named_sync(1 + cw, 128);
             if (t == 0) {
                 const int z = gtab != nullptr ? 0 : g;   // gtab: C's maps are (N, M, 1)
-                tma_store_3d(tc, stage_c, n0, m0 + cw * 64, z);
-                tma_store_3d(tc, stage_c + 8192, n0 + 64, m0 + cw * 64, z);
+#pragma unroll
+                for (int b = 0; b < BN / 64; b++) tma_store_3d(tc, stage_c + b * 8192, n0 + 64 * b, m0 + cw * 64, z);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
             continue;
         }
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NR / 4; j++) {
             const int c = n0 + 8 * j + 2 * (lane & 3);
             if (c >= N) continue;
             const bool two = c + 1 < N;

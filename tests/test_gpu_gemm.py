@@ -245,3 +245,31 @@ def test_plans_do_not_hold_the_callers_arrays():
         cp.cuda.Device().synchronize()
         assert pool.used_bytes() - used < 8 << 20
         assert len(GM._plans) - plans <= 2
+
+
+def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch):
+    """The 128 x 192 (FP8) and 128 x 256 (f16) CTA tiles on ragged shapes, with TMA-store and
+    direct-store epilogues: every case within the float64 bound, and FP8 outputs bit-identical to
+    the 128-wide tiles'."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_gemm
+    import fp8lab.gpu.gemm as GM
+    monkeypatch.setattr(GM, "WIDE_TILES", "always")
+    assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))) == 0
+    assert gpu_gemm.check_wide(print) == 0
+
+
+def test_wide_tile_choice(monkeypatch):
+    import fp8lab.gpu.gemm as GM
+    assert GM.WIDE_TILES == "auto"
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192) == 192
+    assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192) == 256
+    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; block scales; grouped; split-K
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024) == 128
+    assert GM._tile_n(1, "tensor", 1, 1, 128, 8192) == 128     # 43 tiles: fewer than twice the SMs
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 128
+    assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192) == 128
+    assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192) == 128
+    monkeypatch.setattr(GM, "WIDE_TILES", "yes")
+    with pytest.raises(ValueError, match="'auto', 'always' or 'never'"):
+        GM._tile_n(1, "tensor", 1, 1, 8192, 8192)

@@ -61,12 +61,39 @@ TMA_STORE = True
 #: wgmma consumers promote K-tile kt while the wgmma of kt+1 run (two partial accumulators,
 #: ``OVL`` in gpu/gemm_wgmma.cu); False: issue, wait, promote. Same results bit for bit.
 WGMMA_OVERLAP = True
+#: wide CTA tiles for single GEMMs with tensor or row_col scales (``BN`` in gpu/gemm_wgmma.cu):
+#: 128 x 192 for FP8 pairs (the same bits as 128 x 128), 128 x 256 for the f16 path (fp32
+#: accumulation in the tensor cores over the whole K instead of partial sums promoted every 128
+#: K-elements: another order of the same fp32 additions). "auto": where the wide tiles fill the
+#: SMs at least twice and leave under 4% more columns unused than 128-wide ones; "always":
+#: wherever the kernel has them (one GEMM, no split-K); "never".
+WIDE_TILES = "auto"
+_WIDE = {1: 192, 2: 256}          # wide tile width per element size
+_WIDE_STAGES = {1: 4, 2: 3}       # their pipeline stages (40 KB / 48 KB per stage)
 
 
-def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None) -> str:
+def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None, bn: int = 128) -> str:
+    head = f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
+    es = 2 if ta == 2 else 1
+    if bn != 128:
+        return head + f"{_WIDE_STAGES[es]}, 0, 0, {bn}>"
     ovl = WGMMA_OVERLAP if ovl is None else ovl
-    return (f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
-            f"{_STAGES[2 if ta == 2 else 1]}, {int(ovl)}>")
+    return head + f"{_STAGES[es]}, {int(ovl)}>"
+
+
+def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int) -> int:
+    """Width of a launch's CTA tiles under :data:`WIDE_TILES`."""
+    if WIDE_TILES not in ("auto", "always", "never"):
+        raise ValueError(f"WIDE_TILES must be 'auto', 'always' or 'never', got {WIDE_TILES!r}")
+    if WIDE_TILES == "never" or G != 1 or splits != 1 or scaling == "block":
+        return 128
+    bn = _WIDE[es]
+    if WIDE_TILES == "always":
+        return bn
+    tn = -(-N // bn)
+    if -(-M // 128) * tn < 2 * _sm_count() or tn * bn > 1.04 * (-(-N // 128) * 128):
+        return 128
+    return bn
 
 
 def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
@@ -84,6 +111,8 @@ def _wg_instances() -> list[str]:
              if qa or o not in OUT_DTYPES]
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
+    plain += [_wg_instance(ta, tb, s, o, bn=_WIDE[2 if ta == 2 else 1]) for ta, tb in pairs
+              for s in SCALINGS[:2] for o in OUT_DTYPES]
     others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1, 0>", "fp8q_check<2, 0>",
               "fp8q_check<1, 1>", "fp8q_check<2, 1>"]
     return plain + fused + others + [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS))
@@ -130,10 +159,10 @@ def _encode_tmap(ptr: int, es: int, dims, strides, box) -> bytes:
 # The map encodings are pure functions of their integers (memoized: a plan rebuilt for a new
 # output address re-encodes only C's map)
 @functools.lru_cache(maxsize=1024)
-def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int) -> bytes:
+def _tmap_bytes(ptr: int, rows: int, cols: int, stride: int, es: int, box_rows: int = 128) -> bytes:
     """Tensor map of a row-major (rows, cols) operand of ``es``-byte elements: 2-D, box
-    (128 rows, 128 bytes)."""
-    return _encode_tmap(ptr, es, (cols, rows), (stride,), (128 // es, 128))
+    (``box_rows`` rows, 128 bytes)."""
+    return _encode_tmap(ptr, es, (cols, rows), (stride,), (128 // es, box_rows))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -147,17 +176,17 @@ def _cmap_bytes(c, M: int, N: int, G: int) -> bytes:
     return _cmap_at(c.data.ptr, M, N, G)
 
 
-def _tmaps(a, b, es, c=None):
+def _tmaps(a, b, es, c=None, bn=128):
     """Device buffer holding A's and B's tensor maps (and C's, ``c`` = (out, M, N, G)); cached
-    per (pointers, shapes, strides)."""
+    per (pointers, shapes, strides). ``bn``: rows of B's box (the CTA tile's width)."""
     import cupy as cp
     ckey = None if c is None else (c[0].data.ptr,) + tuple(c[1:])
     key = (cp.cuda.Device().id, a.data.ptr, a.shape, a.strides[0], b.data.ptr, b.shape, b.strides[0], es,
-           ckey)
+           ckey, bn)
     buf = _tmap_cache.get(key)
     if buf is None:
         host = _tmap_bytes(a.data.ptr, a.shape[0], a.shape[1], a.strides[0], es) + \
-            _tmap_bytes(b.data.ptr, b.shape[0], b.shape[1], b.strides[0], es)
+            _tmap_bytes(b.data.ptr, b.shape[0], b.shape[1], b.strides[0], es, bn)
         if c is not None:
             host += _cmap_bytes(*c)
         _tmap_cache.put(key, _upload(host, cp))
@@ -307,11 +336,13 @@ _NO_FUSION = (_NULL, np.int64(0), np.uint32(0), np.uint32(0), _NULL, _NULL, np.i
               np.uint32(0), np.uint32(0), _NULL, _NULL, np.int32(0), _NULL, np.int32(0))
 
 
-def _wg_smem(es: int, stages: int, cmap: bool) -> int:
-    """Dynamic shared memory of a gemm_wgmma launch: the stage ring (A and B tiles of 128 x 128
-    elements of ``es`` bytes), 1 KB for aligning it, and the two consumers' 16 KB C staging
-    buffers of the TMA-store epilogue."""
-    return stages * 2 * 128 * 128 * es + 1024 + (2 * 16384 if cmap else 0)
+def _wg_smem(es: int, stages: int, cmap: bool, bn: int = 128) -> int:
+    """Dynamic shared memory of a gemm_wgmma launch: the stage ring (A and B tiles of 128 and
+    ``bn`` rows of 128 bytes, times ``es``, or once for the f16 wide tiles' 64-element K-tiles), 1 KB
+    for aligning it, and the two consumers' 64 x ``bn`` 16-bit C staging buffers of the TMA-store
+    epilogue."""
+    ka = 1 if es == 2 and bn > 128 else es
+    return stages * (128 + bn) * 128 * ka + 1024 + (2 * 128 * bn if cmap else 0)
 
 
 def _wgmma_ok() -> bool:
@@ -345,12 +376,14 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     N = b2.shape[0] // G
     tiles = G * (-(-M // 128)) * (-(-N // 128))
     splits = _splits(tiles, -(-K // 128), G)
+    bn = _tile_n(es, scaling, G, splits, M, N)
+    tiles = G * (-(-M // 128)) * (-(-N // bn))
     # TMA-store epilogue: 16-bit outputs whose rows start on 16-byte boundaries
     cmap = (TMA_STORE and splits == 1 and out_dtype != "float32" and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
-    maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None)
-    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype))
-    smem = _wg_smem(es, _STAGES[es], cmap)
+    maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None, bn)
+    k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype, bn=bn))
+    smem = _wg_smem(es, _WIDE_STAGES[es] if bn != 128 else _STAGES[es], cmap, bn)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
@@ -408,7 +441,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     ``plan_out``: a list that receives the plan where it is replayable."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
+           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
@@ -567,7 +600,7 @@ def _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, ou
     try:
         key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
                scale(scale_a), scale(scale_b), str(scaling), str(layout), str(out_dtype), arr(out),
-               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K)
+               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
         hash(key)
         return key
     except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
