@@ -25,11 +25,12 @@
 // of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G) map at tmaps[256..383])
 // and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
-// BN > 128 (wide tiles, plain GEMMs: QA = 0, tensor or row_col scales, 16/32-bit outputs, OVL = 0):
+// BN > 128 (wide tiles, plain GEMMs: QA = 0, 16/32-bit outputs, OVL = 0; f16 without block scales):
 // CTA tile 128 x BN, each consumer 64 x BN (wgmma m64nBN). Fewer shared-memory bytes per MAC:
 // every wgmma reads its 64-row A slice and the whole B tile, so a wider B amortizes A's reads,
 // and TMA writes (128 + BN) rows per 128 x BN outputs. FP8 (BN = 192): one partial, promoted as
-// with OVL = 0 (96 + 96 registers), same additions per element as BN = 128. f16 (BN = 256,
+// with OVL = 0 (96 + 96 registers), same additions per element as BN = 128 (block scales: a
+// tile's columns span two of B's 128-column blocks, each element takes its own). f16 (BN = 256,
 // DIRECT): the products of fp16 values accumulate in fp32 in the tensor cores over the whole K
 // (128 registers, no partial), K-tiles of 64 elements (one atom column; 48 KB stages).
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
@@ -352,9 +353,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     constexpr int QIN = QA & 3;         // quantize-on-load input: 1 bfloat16, 2 float16, 3 float32
     constexpr bool QONCE = QA >= 4;     // converted once before the GEMM (else in the producer)
     static_assert(OUT < 3 || TA < 2, "8-bit outputs: FP8 operands");
-    static_assert(BN == 128 || (QA == 0 && SCALE != 2 && OUT < 3 && OVL == 0), "wide tiles: plain GEMM, no overlap");
+    static_assert(BN == 128 || (QA == 0 && OUT < 3 && OVL == 0), "wide tiles: plain GEMM, no overlap");
     constexpr int ES = TA == 2 ? 2 : 1;               // bytes per element
     constexpr bool DIRECT = TA == 2 && BN > 128;      // f16 wide tiles: accumulate in the tensor cores
+    static_assert(!(DIRECT && SCALE == 2), "block scales need the promoted partials");
     constexpr bool BIG = OVL || BN > 128;             // consumers take the producer's registers
     constexpr int KA = DIRECT ? 1 : ES;               // 128-byte atom columns of K per stage
     constexpr int KB = 128 * KA / ES;                 // K elements per stage (a K-tile): 128, DIRECT 64
@@ -655,9 +657,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         int g, tm, tn, sp, kb0, nk;
         tile_mn(tile, g, tm, tn, sp, kb0, nk);
         const int m0 = tm * WG_BM, n0 = tn * BN;   // inside GEMM g
+        // B's 128 x 128 scale blocks (block scaling): nbs per GEMM; the tile's columns lie in block
+        // nb0 up to column 8 jsplit of the tile, in block nb0 + 1 after it (BN = 192)
+        const int nbs = (N + 127) / 128, nb0 = n0 / 128, jsplit = ((nb0 + 1) * 128 - n0) / 8;
         // GEMM g's scales and output (gtab: its own pointers, as 64-bit words at r[4..9])
         const float* sag = sa + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * M : (size_t)g * M * kblocks);
-        const float* sbg = sb + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * N : (size_t)g * tiles_n * kblocks);
+        const float* sbg = sb + (SCALE == 0 ? g : SCALE == 1 ? (size_t)g * N : (size_t)g * nbs * kblocks);
         void* Cg = C;
         size_t crow = (size_t)g * M;
         if (gtab != nullptr) {
@@ -672,14 +677,22 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-        // block scales of K-tile kt for rows r0, r1 (1 otherwise)
-        auto scales_of = [&](int kt, float& s0, float& s1) {   // kt counts from kb0
+        // block scales of K-tile kt for rows r0, r1 (1 otherwise); hi (BN > 128): those of B's
+        // next block, 0 past N
+        auto scales_of = [&](int kt, float& s0, float& s1, float* hi = nullptr) {   // kt counts from kb0
             kt += kb0;
             s0 = s1 = 1.f;
             if (SCALE == 2) {
-                const float b = sbg[(size_t)tn * kblocks + kt];
-                s0 = (r0 < M ? sag[(size_t)r0 * kblocks + kt] : 0.f) * b;
-                s1 = (r1 < M ? sag[(size_t)r1 * kblocks + kt] : 0.f) * b;
+                const float a0 = r0 < M ? sag[(size_t)r0 * kblocks + kt] : 0.f;
+                const float a1 = r1 < M ? sag[(size_t)r1 * kblocks + kt] : 0.f;
+                const float b = sbg[(size_t)nb0 * kblocks + kt];
+                s0 = a0 * b;
+                s1 = a1 * b;
+                if constexpr (BN > 128) {
+                    const float b2 = nb0 + 1 < nbs ? sbg[(size_t)(nb0 + 1) * kblocks + kt] : 0.f;
+                    hi[0] = a0 * b2;
+                    hi[1] = a1 * b2;
+                }
             }
         };
         // wait for stage s, issue its wgmma into p (the first with scale-d = `keep`), commit
@@ -696,14 +709,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             wg_commit();
         };
         // acc += p (scaled per row for block scaling)
-        auto promote = [&](const float* p, float s0, float s1) {
+        auto promote = [&](const float* p, float s0, float s1, float t0 = 0.f, float t1 = 0.f) {
 #pragma unroll
             for (int j = 0; j < NR / 4; j++) {
                 if (SCALE == 2) {
-                    acc[4 * j + 0] = fmaf(p[4 * j + 0], s0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(p[4 * j + 1], s0, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(p[4 * j + 2], s1, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(p[4 * j + 3], s1, acc[4 * j + 3]);
+                    const bool lo = BN == 128 || j < jsplit;   // column block nb0 (else nb0 + 1: t0, t1)
+                    const float u0 = lo ? s0 : t0, u1 = lo ? s1 : t1;
+                    acc[4 * j + 0] = fmaf(p[4 * j + 0], u0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(p[4 * j + 1], u0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(p[4 * j + 2], u1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(p[4 * j + 3], u1, acc[4 * j + 3]);
                 } else {
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[4 * j + e] += p[4 * j + e];
@@ -728,12 +743,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             }
         } else if (!OVL) {
             for (int kt = 0; kt < nk; kt++, it++) {
-                float s0, s1;
-                scales_of(kt, s0, s1);
+                float s0, s1, hi[2] = {0.f, 0.f};
+                scales_of(kt, s0, s1, hi);
                 issue(part, it % ST);
                 wg_wait0();
                 release(it % ST);
-                promote(part, s0, s1);
+                promote(part, s0, s1, hi[0], hi[1]);
             }
         } else {
             // K-tile kt goes into part (kt even) or part2 (kt odd); while it runs the previous

@@ -264,10 +264,11 @@ def test_wide_tile_choice(monkeypatch):
     assert GM.WIDE_TILES == "auto"
     assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192) == 192
     assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192) == 256
-    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; block scales; grouped; split-K
+    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; grouped; split-K
     assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024) == 128
     assert GM._tile_n(1, "tensor", 1, 1, 128, 8192) == 128     # 43 tiles: fewer than twice the SMs
-    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 128
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 192
+    assert GM._tile_n(2, "block", 1, 1, 8192, 8192) == 128   # f16 block scales need promoted partials
     assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192) == 128
     assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192) == 128
     monkeypatch.setattr(GM, "WIDE_TILES", "yes")

@@ -8,12 +8,13 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
   128 K-elements (while the next K-tile's wgmma run). 16-bit outputs with 16-byte aligned rows
   leave through shared memory and TMA stores that overlap the next tile. Products with few output
   tiles and K >= 2048 split K among CTAs (:data:`SPLIT_K`; a second launch adds the splits' fp32
-  sums in order). Rows whose byte stride is not a multiple of 16 are first copied into a padded
+  sums in order). Large single GEMMs run 128 x 192 tiles (:data:`WIDE_TILES`; same bits). Rows whose byte stride is not a multiple of 16 are first copied into a padded
   buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
   call's time (:func:`transpose` makes K-major codes once, for reuse with ``layout="nt"``).
 - ``"wgmma-f16"``: any other format pair (hif8, the fnuz formats): both operands are decoded to
   fp16 (exact for every fp8lab format) in one launch (``decode_f16_pair``), then multiplied by the same kernel on
-  fp16 tensor cores (HGMMA). The decode is counted in the call's time.
+  fp16 tensor cores (HGMMA; large single GEMMs in 128 x 256 tiles accumulating in fp32 over the
+  whole K). The decode is counted in the call's time.
 - ``"mma"``: the first kernel (``gpu/gemm.cu``): in-kernel decode to fp16 and ``mma.sync``; any
   format, shape and stride. Used when the device is not sm_90 or the wgmma path is refused.
 """
@@ -61,7 +62,7 @@ TMA_STORE = True
 #: wgmma consumers promote K-tile kt while the wgmma of kt+1 run (two partial accumulators,
 #: ``OVL`` in gpu/gemm_wgmma.cu); False: issue, wait, promote. Same results bit for bit.
 WGMMA_OVERLAP = True
-#: wide CTA tiles for single GEMMs with tensor or row_col scales (``BN`` in gpu/gemm_wgmma.cu):
+#: wide CTA tiles for single GEMMs (``BN`` in gpu/gemm_wgmma.cu; not for block scales on the f16 path):
 #: 128 x 192 for FP8 pairs (the same bits as 128 x 128), 128 x 256 for the f16 path (fp32
 #: accumulation in the tensor cores over the whole K instead of partial sums promoted every 128
 #: K-elements: another order of the same fp32 additions). "auto": where the wide tiles fill the
@@ -85,7 +86,7 @@ def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int) -> int:
     """Width of a launch's CTA tiles under :data:`WIDE_TILES`."""
     if WIDE_TILES not in ("auto", "always", "never"):
         raise ValueError(f"WIDE_TILES must be 'auto', 'always' or 'never', got {WIDE_TILES!r}")
-    if WIDE_TILES == "never" or G != 1 or splits != 1 or scaling == "block":
+    if WIDE_TILES == "never" or G != 1 or splits != 1 or (scaling == "block" and es == 2):
         return 128
     bn = _WIDE[es]
     if WIDE_TILES == "always":
@@ -112,7 +113,7 @@ def _wg_instances() -> list[str]:
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
     plain += [_wg_instance(ta, tb, s, o, bn=_WIDE[2 if ta == 2 else 1]) for ta, tb in pairs
-              for s in SCALINGS[:2] for o in OUT_DTYPES]
+              for s in SCALINGS for o in OUT_DTYPES if ta != 2 or s != "block"]
     others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1, 0>", "fp8q_check<2, 0>",
               "fp8q_check<1, 1>", "fp8q_check<2, 1>"]
     return plain + fused + others + [f"splitk_reduce<{i}, {j}>" for i in range(len(SCALINGS))
@@ -483,13 +484,20 @@ def _check_choices(scaling, out_dtype):
         raise ValueError(f"unknown out_dtype {out_dtype!r}; known: {', '.join(OUT_DTYPES)}")
 
 
+def _out_dtype(out_dtype: str):
+    """The dtype of an output array: bfloat16 as its uint16 bit patterns, 8-bit formats as codes."""
+    return np.dtype(np.uint16 if out_dtype == "bfloat16" else np.uint8 if out_dtype in ("e4m3", "e5m2")
+                    else out_dtype)
+
+
 def _output(out, shape, out_dtype, cp):
     """``out`` checked (C-contiguous, ``shape``, the dtype of ``out_dtype``), or a new array."""
-    odt = cp.uint16 if out_dtype == "bfloat16" else cp.dtype(out_dtype)
+    odt = _out_dtype(out_dtype)
     if out is None:
         return cp.empty(shape, odt)
     if out.shape != shape or out.dtype != odt or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {shape} array of {odt}")
+        raise ValueError(f"out for out_dtype={out_dtype!r} must be a C-contiguous {shape} array of {odt}, "
+                         f"got {out.dtype} {out.shape}")
     return out
 
 
@@ -581,25 +589,40 @@ def gemm(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, scaling="tensor",
 _gemm_fast = BoundedCache(256)
 
 
+def _array_key(cp, x):
+    """An array's part of a raw-argument plan key (None for None); TypeError for a non-CuPy
+    argument (the call then takes the checked path)."""
+    if x is None:
+        return None
+    if not isinstance(x, cp.ndarray):
+        raise TypeError
+    return x.data.ptr, x.shape, x.strides, x.dtype.char
+
+
+def _scale_key(cp, x, number_ok: bool, device_ok: bool):
+    """A scale's part of a raw-argument plan key: a plain number by value (where ``number_ok``),
+    a device array by address (where ``device_ok``: the plan uses it as given); TypeError else."""
+    if isinstance(x, _SCALAR) and not isinstance(x, bool):
+        if number_ok:
+            return float(x), type(x)
+        raise TypeError
+    if not device_ok:
+        raise TypeError
+    return _array_key(cp, x)
+
+
 def _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, out_dtype, out, kernel):
     """The raw-argument key of a gemm call, or None where the call is not eligible."""
-    def arr(x):
-        if not isinstance(x, cp.ndarray):
-            raise TypeError
-        return x.data.ptr, x.shape, x.strides, x.dtype.char
-
-    def scale(x):
-        if isinstance(x, _SCALAR) and not isinstance(x, bool) and scaling == "tensor":
-            return float(x), type(x)
-        if not (isinstance(x, cp.ndarray) and x.dtype == cp.float32 and x.flags.c_contiguous):
-            raise TypeError
-        return arr(x)
+    def scale(x):   # device scales only as the plan uses them: float32, C-contiguous
+        ok = isinstance(x, cp.ndarray) and x.dtype == cp.float32 and x.flags.c_contiguous
+        return _scale_key(cp, x, scaling == "tensor", ok)
 
     if out is None:
         return None
     try:
-        key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
-               scale(scale_a), scale(scale_b), str(scaling), str(layout), str(out_dtype), arr(out),
+        key = (cp.cuda.Device().id, _array_key(cp, a), _array_key(cp, b), str(fmt_a),
+               None if fmt_b is None else str(fmt_b), scale(scale_a), scale(scale_b), str(scaling),
+               str(layout), str(out_dtype), _array_key(cp, out),
                kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
         hash(key)
         return key
@@ -768,7 +791,7 @@ def _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp)
 
     sa, sb = scales(scale_a, "scale_a"), scales(scale_b, "scale_b")
     if out is None:   # one buffer; each GEMM's output 128-byte aligned (TMA stores)
-        odt = cp.dtype(cp.uint16 if out_dtype == "bfloat16" else out_dtype)
+        odt = _out_dtype(out_dtype)
         step = 128 // odt.itemsize
         offs = np.cumsum([0] + [-(-M * N // step) * step for M, N, _ in shapes])
         flat = cp.empty(int(offs[-1]), odt)
@@ -968,9 +991,9 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     import cupy as cp
 
     global last_kernel
-    if out is None and out_dtype in _FUSED_ODT and isinstance(a, cp.ndarray) and isinstance(b, cp.ndarray) \
-            and a.ndim == 2 and b.ndim == 2:
-        out = cp.empty((a.shape[0], b.shape[0]), _FUSED_ODT[out_dtype])
+    if out is None and out_dtype in FUSED_OUT and isinstance(a, cp.ndarray) and isinstance(b, cp.ndarray) \
+            and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1]:
+        out = cp.empty((a.shape[0], b.shape[0]), _out_dtype(out_dtype))
     key = _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale,
                           saturate, out_saturate, amax_a, amax_out, bfloat16, out, check, kernel)
     hit = None if key is None else _fused_fast.get(key)
@@ -988,9 +1011,6 @@ def gemm_fused(a, b, fmt_a, fmt_b=None, *, scale_a=1.0, scale_b=1.0, bias=None, 
     return out
 
 
-#: out_dtype -> the dtype of gemm_fused's output array
-_FUSED_ODT = {"float32": np.float32, "bfloat16": np.uint16, "float16": np.float16, "e4m3": np.uint8,
-              "e5m2": np.uint8}
 #: gemm_fused's launch plans keyed on its raw arguments (pointers, shapes, strides, dtypes and
 #: values): a repeated call skips the argument checks and resolution, which cost more host time
 #: than the launch. Only calls whose checked plan was stored (_plans) enter; device scales only
@@ -1004,19 +1024,10 @@ def _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dt
     """The raw-argument key of a gemm_fused call, or None where the call is not eligible (an
     argument that is neither a CuPy array nor a plain number or string, or a device scale read
     for checking)."""
-    def arr(x):
-        if x is None:
-            return None
-        if not isinstance(x, cp.ndarray):
-            raise TypeError
-        return x.data.ptr, x.shape, x.strides, x.dtype.char
+    arr = functools.partial(_array_key, cp)
 
-    def scale(x):
-        if isinstance(x, _SCALAR) and not isinstance(x, bool):
-            return float(x), type(x)
-        if check:
-            raise TypeError
-        return arr(x)
+    def scale(x):   # a checked device scale is read on every call
+        return _scale_key(cp, x, True, not check)
 
     try:
         key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
@@ -1089,12 +1100,7 @@ def _gemm_fused(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype,
     amax_out = _amax_buffer(cp, amax_out, "amax_out")
     if amax_a is not None and kind == "codes":
         raise ValueError("amax_a is measured while quantizing A; a is already codes")
-    if fo is None:
-        out = _output(out, (M, N), out_dtype, cp)
-    elif out is None:
-        out = cp.empty((M, N), cp.uint8)
-    elif out.shape != (M, N) or out.dtype != cp.uint8 or not out.flags.c_contiguous:
-        raise ValueError(f"out for out_dtype={out_dtype!r} must be a C-contiguous ({M}, {N}) uint8 array")
+    out = _output(out, (M, N), out_dtype, cp)
     if out.size == 0:
         last_kernel = None
         return out, None, sa, sb
@@ -1110,18 +1116,15 @@ def _gemm_fused(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype,
            None if amax_a is None else amax_a.data.ptr, None if amax_out is None else amax_out.data.ptr,
            TMA_STORE, QA_ONCE_MIN_TILES_N)
     launches = _plans.get(key)
-    if launches is None:
-        launches, replay = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
+    stored = launches is not None
+    if not stored:
+        launches, stored = _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so,
                                            sat_a, sat_o, amax_a, amax_out, out, cp)
-        if replay:
+        if stored:
             _plans.put(key, launches)
-        else:
-            _run(launches, a, b, out, sa, sb)
-            last_kernel = "wgmma-fused"
-            return out, None, sa, sb
     _run(launches, a, b, out, sa, sb)
     last_kernel = "wgmma-fused"
-    return out, launches, sa, sb
+    return out, launches if stored else None, sa, sb
 
 
 def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,
