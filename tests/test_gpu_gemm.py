@@ -258,19 +258,3 @@ def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch):
     assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))) == 0
     assert gpu_gemm.check_wide(print) == 0
 
-
-def test_wide_tile_choice(monkeypatch):
-    import fp8lab.gpu.gemm as GM
-    assert GM.WIDE_TILES == "auto"
-    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192) == 192
-    assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192) == 256
-    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; grouped; split-K
-    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024) == 128
-    assert GM._tile_n(1, "tensor", 1, 1, 128, 8192) == 128     # 43 tiles: fewer than twice the SMs
-    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 192
-    assert GM._tile_n(2, "block", 1, 1, 8192, 8192) == 128   # f16 block scales need promoted partials
-    assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192) == 128
-    assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192) == 128
-    monkeypatch.setattr(GM, "WIDE_TILES", "yes")
-    with pytest.raises(ValueError, match="'auto', 'always' or 'never'"):
-        GM._tile_n(1, "tensor", 1, 1, 8192, 8192)

@@ -104,3 +104,23 @@ def test_ragged_table_lists_each_gemm_and_its_first_tile():
 def test_ragged_table_refuses_int32_tile_overflow():
     with pytest.raises(ValueError, match="output tiles"):
         GM._ragged_table([(2 ** 20, 2 ** 20, 128, 2 ** 20, 0, 0, 0)] * 40)
+
+
+def test_wide_tile_choice(sms, monkeypatch):
+    assert GM.WIDE_TILES == "auto"
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192) == 192
+    assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192) == 256
+    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; block scales; grouped; split-K
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024) == 128
+    assert GM._tile_n(1, "tensor", 1, 1, 128, 8192) == 128     # 43 tiles: fewer than twice the SMs
+    assert GM._tile_n(1, "tensor", 1, 1, 768, 8192) == 128     # 6 x 43 = 258 tiles < 2 x 132
+    assert GM._tile_n(1, "tensor", 1, 1, 896, 8192) == 192     # 7 x 43 = 301
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 128   # measured slower ("always" has them)
+    monkeypatch.setattr(GM, "WIDE_TILES", "always")
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 192
+    assert GM._tile_n(2, "block", 1, 1, 8192, 8192) == 128   # f16 block scales need promoted partials
+    assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192) == 128
+    assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192) == 128
+    monkeypatch.setattr(GM, "WIDE_TILES", "yes")
+    with pytest.raises(ValueError, match="'auto', 'always' or 'never'"):
+        GM._tile_n(1, "tensor", 1, 1, 8192, 8192)

@@ -66,7 +66,8 @@ WGMMA_OVERLAP = True
 #: 128 x 192 for FP8 pairs (the same bits as 128 x 128), 128 x 256 for the f16 path (fp32
 #: accumulation in the tensor cores over the whole K instead of partial sums promoted every 128
 #: K-elements: another order of the same fp32 additions). "auto": where the wide tiles fill the
-#: SMs at least twice and leave under 4% more columns unused than 128-wide ones; "always":
+#: SMs at least twice and leave under 4% more columns unused than 128-wide ones, scales per tensor
+#: or per row and column (block-scaled FP8 ran slower on them); "always":
 #: wherever the kernel has them (one GEMM, no split-K); "never".
 WIDE_TILES = "auto"
 _WIDE = {1: 192, 2: 256}          # wide tile width per element size
@@ -91,6 +92,8 @@ def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int) -> int:
     bn = _WIDE[es]
     if WIDE_TILES == "always":
         return bn
+    if scaling == "block":   # measured slower: the selects of two blocks' scales, no overlapped promotion
+        return 128
     tn = -(-N // bn)
     if -(-M // 128) * tn < 2 * _sm_count() or tn * bn > 1.04 * (-(-N // 128) * 128):
         return 128
