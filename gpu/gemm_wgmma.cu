@@ -4,7 +4,8 @@
 //   the codes. f16 (any other fp8lab format, decoded to fp16 beforehand, exact): HGMMA
 //   wgmma.m64n128k16.f32.f16.f16.
 //
-// CTA tile 128 x 128, K-tile 128 elements (one scale block: one promotion per K-tile).
+// CTA tile 128 x 128 (wide tiles 128 x 192 / 128 x 256 and wgmma n192 / n256: BN below), K-tile
+// 128 elements (one scale block: one promotion per K-tile).
 // 384 threads: warpgroup 0 = producer (one thread issues TMA loads of A and B tiles into an
 // ST-stage ring of 128B-swizzled shared memory, mbarrier full/empty per stage), warpgroups 1 and
 // 2 = consumers, each owning 64 rows x 128 columns. Per K-tile a consumer issues 4 (fp8) or 8 (f16)
