@@ -24,9 +24,10 @@ SHAPES = [(8192, 8192, 8192), (65536, 1024, 1024), (65536, 4096, 512), (16384, 5
 OUT_EPS = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 # absolute error of rounding into the output type's subnormals (half its smallest subnormal):
 # a relative bound alone fails there, e.g. a 1x1x1 float16 product near 1e-5
-# (bfloat16: float32's exponent range with 7 fraction bits, smallest subnormal float32's tiny * 2^-7)
+# (bfloat16 is float32 less its 16 low bits, as _to_f64 reads it: float32's smallest normal times
+# 2^-(fraction bits left))
 OUT_ABS = {"float32": float(np.finfo(np.float32).smallest_subnormal) / 2,
-           "bfloat16": float(np.finfo(np.float32).tiny) * 2.0 ** -8,
+           "bfloat16": float(np.finfo(np.float32).tiny) * 2.0 ** -(np.finfo(np.float32).nmant - 16) / 2,
            "float16": float(np.finfo(np.float16).smallest_subnormal) / 2}
 
 

@@ -74,13 +74,18 @@ _WIDE = {1: 192, 2: 256}          # wide tile width per element size
 _WIDE_STAGES = {1: 4, 2: 3}       # their pipeline stages (40 KB / 48 KB per stage)
 
 
+def _wg_stages(es: int, bn: int) -> int:
+    """Pipeline stages of a plain gemm_wgmma instance: per element size, and for its tile width."""
+    return _STAGES[es] if bn == 128 else _WIDE_STAGES[es]
+
+
 def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None, bn: int = 128) -> str:
     head = f"gemm_wgmma<{ta}, {tb}, {SCALINGS.index(scaling)}, {OUT_DTYPES.index(out)}, "
-    es = 2 if ta == 2 else 1
+    stages = _wg_stages(2 if ta == 2 else 1, bn)
     if bn != 128:
-        return head + f"{_WIDE_STAGES[es]}, 0, 0, {bn}>"
+        return head + f"{stages}, 0, 0, {bn}>"
     ovl = WGMMA_OVERLAP if ovl is None else ovl
-    return head + f"{_STAGES[es]}, {int(ovl)}>"
+    return head + f"{stages}, {int(ovl)}>"
 
 
 def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int) -> int:
@@ -387,7 +392,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
             and (N * 2) % 16 == 0)
     maps = _tmaps(a2, b2, es, (out, M, N, G) if cmap else None, bn)
     k = _loader.kernel("gemm_wgmma.cu", _wg_instance(ta, tb, scaling, out_dtype, bn=bn))
-    smem = _wg_smem(es, _WIDE_STAGES[es] if bn != 128 else _STAGES[es], cmap, bn)
+    smem = _wg_smem(es, _wg_stages(es, bn), cmap, bn)
     if k.max_dynamic_shared_size_bytes < smem:
         k.max_dynamic_shared_size_bytes = smem
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(kb), np.int32(G),
@@ -489,8 +494,7 @@ def _check_choices(scaling, out_dtype):
 
 def _out_dtype(out_dtype: str):
     """The dtype of an output array: bfloat16 as its uint16 bit patterns, 8-bit formats as codes."""
-    return np.dtype(np.uint16 if out_dtype == "bfloat16" else np.uint8 if out_dtype in ("e4m3", "e5m2")
-                    else out_dtype)
+    return np.dtype(np.uint16 if out_dtype == "bfloat16" else np.uint8 if out_dtype in _FP8_HW else out_dtype)
 
 
 def _output(out, shape, out_dtype, cp):
