@@ -1,7 +1,7 @@
 """Three calls of one plain GPU GEMM (bfloat16 out), for ncu (``-s 2 -c 1`` profiles the third).
 
     PYTHONPATH=. python3 benchmarks/gpu_gemm_one.py 65536x1024x1024 [e4m3|hif8] [tensor|block]
-        [--wide auto|always|never] [--skew N]
+        [--wide auto|always|never]
 """
 import argparse
 
@@ -15,9 +15,8 @@ ap.add_argument("shape")
 ap.add_argument("fmt", nargs="?", default="e4m3")
 ap.add_argument("scaling", nargs="?", default="tensor", choices=GM.SCALINGS)
 ap.add_argument("--wide", default="auto", choices=("auto", "always", "never"))
-ap.add_argument("--skew", type=int, default=GM.CONSUMER_SKEW)
 a = ap.parse_args()
-GM.WIDE_TILES, GM.CONSUMER_SKEW = a.wide, a.skew
+GM.WIDE_TILES = a.wide
 M, N, K = (int(v) for v in a.shape.split("x"))
 x = G.encode(cp.random.standard_normal((M, K), dtype=cp.float32), a.fmt, saturate=True)
 w = G.encode(cp.random.standard_normal((N, K), dtype=cp.float32), a.fmt, saturate=True)

@@ -349,8 +349,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         int splits, float* __restrict__ ws, const int* __restrict__ gtab,
         const void* __restrict__ xa, long long ldx, u32 xspec, u32 xcodes, u32* __restrict__ xamax,
         const float* __restrict__ bias, int relu, const float* __restrict__ os, u32 ospec,
-        u32 ocodes, u32* __restrict__ oamax, u8* __restrict__ xq, int ldq, u32* __restrict__ qsync, int qparts,
-        int skew) {
+        u32 ocodes, u32* __restrict__ oamax, u8* __restrict__ xq, int ldq, u32* __restrict__ qsync, int qparts) {
     static_assert(QA == 0 || (SCALE == 0 && TA < 2 && TB < 2), "quantize-on-load: FP8, tensor scales");
     constexpr int QIN = QA & 3;         // quantize-on-load input: 1 bfloat16, 2 float16, 3 float32
     constexpr bool QONCE = QA >= 4;     // converted once before the GEMM (else in the producer)
@@ -654,13 +653,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             if (c + 1 < N) omax = max(omax, fp8q_mag(v1));
         }
     };
-    // Skew: consumer 2 starts once consumer 1 has released its first `skew` K-tiles (at most ST - 1,
-    // so that the ring never waits for consumer 2 before it starts). From then on one consumer's
-    // epilogue (and promotion) tends to fall while the other's wgmma run, instead of both
-    // consumers leaving the tensor cores idle together at the end of every tile.
-    skew = min(skew, ST - 1);
-    int ahead = cw == 0 ? skew : 0;   // consumer 1: K-tiles still to release before the signal
-    if (cw == 1 && skew > 0) named_sync(3, 256);
     int it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int g, tm, tn, sp, kb0, nk;
@@ -734,10 +726,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
         };
-        auto release = [&](int s) {
-            if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
-            if (ahead > 0 && --ahead == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
-        };
+        auto release = [&](int s) { if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s])); };
         if constexpr (DIRECT) {
             // fp16 products accumulate in fp32 in the tensor cores across all K-tiles (no
             // partial to promote: 128 accumulator registers); a stage is released once the
@@ -891,7 +880,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             }
         }
     }
-    if (ahead > 0) asm volatile("bar.arrive 3, 256;" ::: "memory");   // fewer K-tiles than the skew
     if (use_cmap && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     if (oamax != nullptr) wg_warp_max(oamax, omax);
 }

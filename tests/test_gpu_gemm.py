@@ -258,27 +258,3 @@ def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch):
     assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))) == 0
     assert gpu_gemm.check_wide(print) == 0
 
-
-
-def test_consumer_skew_keeps_the_bits(monkeypatch):
-    """The second consumer started K-tiles behind the first (CONSUMER_SKEW) adds the same partials
-    in the same order: plain GEMMs (every pair and scaling, 128-wide and wide tiles, both
-    epilogues) and a fused quantize-on-load call with an 8-bit output give the skew-0 bits."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import cupy as cp
-    import gpu_gemm
-    import fp8lab.gpu.codecs as G
-    import fp8lab.gpu.gemm as GM
-    assert gpu_gemm.check_skew(print) == 0
-    rng = cp.random.default_rng(3)
-    x = rng.standard_normal((1000, 700), dtype=cp.float32).astype(cp.float16)
-    w = G.encode(rng.standard_normal((520, 700), dtype=cp.float32), "e4m3", saturate=True)
-    outs = []
-    for skew in (0, 3):
-        monkeypatch.setattr(GM, "CONSUMER_SKEW", skew)
-        for once in (1, 100):   # A converted once before the GEMM, or in the producer
-            monkeypatch.setattr(GM, "QA_ONCE_MIN_TILES_N", once)
-            outs.append(GM.gemm_fused(x, w, "e4m3", scale_a=0.5, out_dtype="e4m3", out_scale=2.0))
-    assert GM.last_kernel == "wgmma-fused"
-    for o, ref in zip(outs[2:], outs[:2]):
-        assert bool((o == ref).all())

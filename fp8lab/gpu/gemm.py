@@ -70,10 +70,6 @@ WGMMA_OVERLAP = True
 #: or per row and column (block-scaled FP8 ran slower on them); "always":
 #: wherever the kernel has them (one GEMM, no split-K); "never".
 WIDE_TILES = "auto"
-#: the second wgmma consumer warpgroup starts this many K-tiles after the first (``skew`` in
-#: gpu/gemm_wgmma.cu, at most the pipeline stages less one), so that one's epilogue tends to run
-#: while the other's wgmma do; 0: both run the same K-tile in step. Same results bit for bit.
-CONSUMER_SKEW = 0
 _WIDE = {1: 192, 2: 256}          # wide tile width per element size
 _WIDE_STAGES = {1: 4, 2: 3}       # their pipeline stages (40 KB / 48 KB per stage)
 
@@ -405,11 +401,10 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     # holding the caller's output (or A, B) would keep that memory alive while the plan lives
     # (up to _plans.limit outputs), and its address from being reused by the next call's output.
     ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else None
-    skew = (np.int32(CONSUMER_SKEW),)
     launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
                                                 sb, dims[4], dims[5], dims[6], dims[7],
-                                                out if ws is None else ws, _NULL) + _NO_FUSION + skew,
+                                                out if ws is None else ws, _NULL) + _NO_FUSION,
                      smem))
     if splits > 1:
         r = _loader.kernel("gemm_wgmma.cu", f"splitk_reduce<{SCALINGS.index(scaling)}, "
@@ -455,7 +450,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     ``plan_out``: a list that receives the plan where it is replayable."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES, CONSUMER_SKEW)
+           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
@@ -635,7 +630,7 @@ def _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, ou
         key = (cp.cuda.Device().id, _array_key(cp, a), _array_key(cp, b), str(fmt_a),
                None if fmt_b is None else str(fmt_b), scale(scale_a), scale(scale_b), str(scaling),
                str(layout), str(out_dtype), _array_key(cp, out),
-               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES, CONSUMER_SKEW)
+               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
         hash(key)
         return key
     except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
@@ -823,7 +818,7 @@ def _grouped_ragged(a, b, fa, fb, scale_a, scale_b, scaling, out_dtype, out, cp)
                 gemm(a[g], b[g], fa.name, fb.name, scale_a=sa[g], scale_b=sb[g], scaling=scaling,
                      out_dtype=out_dtype, out=out[g])
         return out
-    key = (cp.cuda.Device().id, fa.name, fb.name, scaling, out_dtype, TMA_STORE, WGMMA_OVERLAP, CONSUMER_SKEW,
+    key = (cp.cuda.Device().id, fa.name, fb.name, scaling, out_dtype, TMA_STORE, WGMMA_OVERLAP,
            tuple((x.data.ptr, x.shape, x.strides[0]) for x in a + b + out),
            tuple(x.data.ptr for x in sa + sb))
     plan = _plans.get(key)
@@ -880,7 +875,7 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
     z = np.int32(0)
     launches.append((k, (min(tiles, _sm_count()),), (384,),
                      (dmaps, _NULL, z, z, z, z, sa[ref], sb[ref], z, np.int32(G), np.int32(cmap),
-                      np.int32(1), _NULL, dtab) + _NO_FUSION + (np.int32(CONSUMER_SKEW),), smem))
+                      np.int32(1), _NULL, dtab) + _NO_FUSION, smem))
     # `keep`: what the launches' arguments point into, alive as long as the plan
     return (launches, ("wgmma-fp8" if fp8 else "wgmma-f16"), keep), replay
 
@@ -1045,8 +1040,7 @@ def _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dt
         key = (cp.cuda.Device().id, arr(a), arr(b), str(fmt_a), None if fmt_b is None else str(fmt_b),
                 scale(scale_a), scale(scale_b), arr(bias), bool(relu), str(out_dtype),
                 None if out_scale is None else scale(out_scale), saturate, out_saturate, arr(amax_a),
-                arr(amax_out), bool(bfloat16), arr(out), kernel, TMA_STORE, QA_ONCE_MIN_TILES_N,
-                CONSUMER_SKEW)
+                arr(amax_out), bool(bfloat16), arr(out), kernel, TMA_STORE, QA_ONCE_MIN_TILES_N)
         hash(key)
         return key
     except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
@@ -1127,7 +1121,7 @@ def _gemm_fused(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype,
            None if bias is None else bias.data.ptr, bool(relu), out_dtype, out.data.ptr,
            None if so is None else (so.data.ptr, sat_o),
            None if amax_a is None else amax_a.data.ptr, None if amax_out is None else amax_out.data.ptr,
-           TMA_STORE, QA_ONCE_MIN_TILES_N, CONSUMER_SKEW)
+           TMA_STORE, QA_ONCE_MIN_TILES_N)
     launches = _plans.get(key)
     stored = launches is not None
     if not stored:
@@ -1186,10 +1180,9 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(-(-K // BLOCK)), np.int32(1),
             np.int32(cmap), np.int32(1))
     tiles = tiles_m * (-(-N // 128))
-    skew = (np.int32(CONSUMER_SKEW),)
     launch = (k, (min(tiles, _sm_count()),), (384,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
-              (out_, _NULL, _NULL if qa == 0 else a_ if xcopy is None else xcopy) + tail + skew, smem)
+              (out_, _NULL, _NULL if qa == 0 else a_ if xcopy is None else xcopy) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
 
 
