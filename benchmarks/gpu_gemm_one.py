@@ -1,7 +1,9 @@
 """Three calls of one plain GPU GEMM (bfloat16 out), for ncu (``-s 2 -c 1`` profiles the third).
 
-    PYTHONPATH=. python3 benchmarks/gpu_gemm_one.py 65536x1024x1024 [e4m3|hif8] [tensor|block]
+    PYTHONPATH=. python3 benchmarks/gpu_gemm_one.py 65536x1024x1024 [e4m3|hif8] [tensor|row_col|block]
         [--wide auto|always|never]
+
+Operands and scales are made as gpu_gemm.py's benchmarks make them.
 """
 import argparse
 
@@ -9,6 +11,7 @@ import cupy as cp
 
 import fp8lab.gpu.codecs as G
 import fp8lab.gpu.gemm as GM
+from gpu_gemm import _codes, _make_scales
 
 ap = argparse.ArgumentParser()
 ap.add_argument("shape")
@@ -18,11 +21,8 @@ ap.add_argument("--wide", default="auto", choices=("auto", "always", "never"))
 a = ap.parse_args()
 GM.WIDE_TILES = a.wide
 M, N, K = (int(v) for v in a.shape.split("x"))
-x = G.encode(cp.random.standard_normal((M, K), dtype=cp.float32), a.fmt, saturate=True)
-w = G.encode(cp.random.standard_normal((N, K), dtype=cp.float32), a.fmt, saturate=True)
-kb = -(-K // GM.BLOCK)
-sa, sb = ((cp.ones((M, kb), cp.float32), cp.ones((-(-N // GM.BLOCK), kb), cp.float32))
-          if a.scaling == "block" else (1.0, 1.0))
+x, w = _codes(cp, G, (M, K), a.fmt), _codes(cp, G, (N, K), a.fmt)
+sa, sb = _make_scales(cp, a.scaling, M, N, K)
 out = cp.empty((M, N), cp.uint16)
 for _ in range(3):
     GM.gemm(x, w, a.fmt, scale_a=sa, scale_b=sb, scaling=a.scaling, out_dtype="bfloat16", out=out)
