@@ -216,14 +216,17 @@ def bench(log, shapes=SHAPES, kernel="auto"):
     return rows
 
 
-VARIANTS = {"v0": {"WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False, "WIDE_TILES": "never"},
-            "v1": {"WGMMA_OVERLAP": True, "TMA_STORE": False, "SPLIT_K": False, "WIDE_TILES": "never"},
-            "v2": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": False, "WIDE_TILES": "never"},
-            "v3": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True, "WIDE_TILES": "never"},
-            "v4": {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True, "WIDE_TILES": "always"}}
+_V = {"WGMMA_OVERLAP": True, "TMA_STORE": True, "SPLIT_K": True, "WIDE_TILES": "never", "WIDE_FP8": 192}
+VARIANTS = {"v0": {**_V, "WGMMA_OVERLAP": False, "TMA_STORE": False, "SPLIT_K": False},
+            "v1": {**_V, "TMA_STORE": False, "SPLIT_K": False},
+            "v2": {**_V, "SPLIT_K": False},
+            "v3": _V,
+            "v4": {**_V, "WIDE_TILES": "always"},
+            "v5": {**_V, "WIDE_TILES": "always", "WIDE_FP8": 256}}
 #: variants whose outputs must reproduce v0's bit for bit, per case (split-K changes the order of
 #: the fp32 sums, and so do the f16 path's wide tiles: their difference is reported instead)
-SAME_BITS = {"v1": ("e4m3", "blk", "hif8"), "v2": ("e4m3", "blk", "hif8"), "v4": ("e4m3", "blk")}
+SAME_BITS = {"v1": ("e4m3", "blk", "hif8"), "v2": ("e4m3", "blk", "hif8"), "v4": ("e4m3", "blk"),
+             "v5": ("e4m3", "blk")}
 
 
 def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 3456, 512),
@@ -231,7 +234,8 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                                  (512, 3456, 8192), (256, 512, 8192))):
     """Kernel variants side by side with cuBLASLt (flags of fp8lab.gpu.gemm, :data:`VARIANTS`):
     v0 issue-wait-promote with direct stores, v1 overlapped promotion, v2 v1 + TMA-store epilogue,
-    v3 v2 + split-K, v4 v3 + wide tiles wherever the kernel has them. e4m3 NT per-tensor and
+    v3 v2 + split-K, v4 v3 + wide tiles wherever the kernel has them, v5 v4 with 256-wide FP8 tiles
+    (two 128-column halves). e4m3 NT per-tensor and
     block-scaled, hif8 NT; bfloat16 out. The outputs of the :data:`SAME_BITS` variants must be
     bit-identical to v0's; the others are compared by their difference from v0 (max |diff| /
     max |v0|)."""
@@ -549,6 +553,10 @@ def main(argv=None):
     ap.add_argument("--wide", choices=("auto", "always", "never"), default=None,
                     help="fp8lab.gpu.gemm.WIDE_TILES for --check and --bench; --check also compares "
                          "wide and 128-wide tiles")
+    ap.add_argument("--wide-fp8", type=int, choices=(192, 256), default=None,
+                    help="fp8lab.gpu.gemm.WIDE_FP8 (the FP8 wide tiles' width) for --check and --bench")
+    ap.add_argument("--wide-only", action="store_true",
+                    help="with --check --wide: only the wide against 128-wide comparison")
     ap.add_argument("--accuracy", action="store_true",
                     help="error vs float64: fp8lab vs cuBLASLt with and without fast accumulation")
     a = ap.parse_args(argv)
@@ -566,11 +574,14 @@ def main(argv=None):
         check_grouped_ragged(print)
         bench_grouped(print)
         bench_grouped_ragged(print)
+    import fp8lab.gpu.gemm as GM
     if a.wide is not None:
-        import fp8lab.gpu.gemm as GM
         GM.WIDE_TILES = a.wide
+    if a.wide_fp8 is not None:
+        GM.WIDE_FP8 = a.wide_fp8
     if a.check:
-        check(print, kernel=a.kernel)
+        if not (a.wide_only and a.wide is not None):
+            check(print, kernel=a.kernel)
         if a.wide is not None:
             check_wide(print)
     if a.variants:

@@ -9,7 +9,8 @@
 # tests/test_gpu_gemm.py; grouped (150) gpu_gemm.py --grouped; fused (300) tests/test_gpu_fused.py;
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
 # shapes; gemm-bench (300) gpu_gemm.py --bench; wide-check (200) gpu_gemm.py --check --wide always
-# (every case on wide tiles, then wide against 128-wide); variants (300) gpu_gemm.py --variants at
+# (every case on wide tiles, then wide against 128-wide); wide256-check (150) the same comparison
+# only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at
 # $VARIANT_SHAPES (default 8192x8192x8192,65536x1024x1024). gemm_wgmma.cu's instances are compiled first in
 # the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
 # `pgrep -f`, which matches the shell running this command's own text). WARM_S (default 240)
@@ -24,7 +25,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check variants"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -83,6 +84,7 @@ for arg in "$@"; do
     fused-bench) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_fused.py --bench --shapes 16384x512x512,2048x1024x1024,8192x256x256 ;;
     gemm-bench)  run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --bench ;;
     wide-check)  run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_gemm.py --check --wide always ;;
+    wide256-check) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_gemm.py --check --wide always --wide-fp8 256 --wide-only ;;
     variants)    run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --variants \
                    --shapes "${VARIANT_SHAPES:-8192x8192x8192,65536x1024x1024}" ;;
   esac

@@ -31,7 +31,11 @@
 // every wgmma reads its 64-row A slice and the whole B tile, so a wider B amortizes A's reads,
 // and TMA writes (128 + BN) rows per 128 x BN outputs. FP8 (BN = 192): one partial, promoted as
 // with OVL = 0 (96 + 96 registers), same additions per element as BN = 128 (block scales: a
-// tile's columns span two of B's 128-column blocks, each element takes its own). f16 (BN = 256,
+// tile's columns span two of B's 128-column blocks, each element takes its own). FP8 BN = 256
+// (HALVES): each K-tile runs as two m64n128 halves through one 64-register partial (128 + 64
+// registers; a m64n256 partial would need 256): issue, wait and promote the left half, then the
+// right one (its columns follow the left ones in the accumulator's layout, so the epilogue is that
+// of m64n256); the stage is freed after the second; same additions per element. f16 (BN = 256,
 // DIRECT): the products of fp16 values accumulate in fp32 in the tensor cores over the whole K
 // (128 registers, no partial), K-tiles of 64 elements (one atom column; 48 KB stages).
 // G > 1: G GEMMs of one shape in one launch (grouped): A is (G*M, K), B (G*N, K), C (G*M, ldc),
@@ -366,6 +370,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     constexpr int STAGE_BYTES = TILE_A + TILE_B;
     constexpr int STEPS = 4 * KA;                     // wgmma per K-tile (32 B of K each)
     constexpr int NR = BN / 2;                        // accumulator registers per thread
+    constexpr bool HALVES = TA < 2 && BN == 256;      // FP8 256 wide: two m64n128 halves, one partial
+    constexpr int WN = HALVES ? 128 : BN;             // columns per wgmma
+    constexpr int NP = DIRECT ? 1 : WN / 2;           // partial accumulator registers per thread
     extern __shared__ u8 dsm[];
     __shared__ __align__(8) u64 full_bar[ST], empty_bar[ST];
     u8* smem = reinterpret_cast<u8*>((reinterpret_cast<size_t>(dsm) + 1023) & ~(size_t)1023);
@@ -635,7 +642,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     // consumers
     if (BIG) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1, t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
-    float acc[NR], part[DIRECT ? 1 : NR], part2[OVL ? NR : 1];
+    float acc[NR], part[NP], part2[OVL ? NR : 1];
     const bool use_cmap = (OUT == 1 || OUT == 2) && cmap;
     u64 tc = 0;   // C's tensor map of the current tile, acquired
     const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 128 * BN;   // this consumer's staging buffer (64 x BN)
@@ -696,33 +703,37 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
         };
-        // wait for stage s, issue its wgmma into p (the first with scale-d = `keep`), commit
-        auto issue = [&](float* p, int s, int keep = 0) {
-            mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
-            const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128, bT = sbase + s * STAGE_BYTES + TILE_A;
+        // wait for stage s (unless `ready`), issue its wgmma of columns WN * half.. into p (the
+        // first with scale-d = `keep`), commit
+        auto issue = [&](float* p, int s, int keep = 0, int half = 0, bool ready = false) {
+            if (!ready) mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
+            const u32 aT = sbase + s * STAGE_BYTES + cw * 64 * 128;
+            const u32 bT = sbase + s * STAGE_BYTES + TILE_A + half * WN * 128;
             wg_fence();
 #pragma unroll
             for (int k = 0; k < STEPS; k++) {
                 const u32 off = (k & 3) * 32;
-                wg_mma<TA, TB, BN>(p, wg_desc(aT + (k >> 2) * ATOM + off), wg_desc(bT + (k >> 2) * BN * 128 + off),
+                wg_mma<TA, TB, WN>(p, wg_desc(aT + (k >> 2) * ATOM + off), wg_desc(bT + (k >> 2) * BN * 128 + off),
                                    k > 0 || keep);
             }
             wg_commit();
         };
-        // acc += p (scaled per row for block scaling)
-        auto promote = [&](const float* p, float s0, float s1, float t0 = 0.f, float t1 = 0.f) {
+        // acc[half * NP ..] += p (scaled per row for block scaling): the partial of wgmma columns
+        // WN * half .., which lie in the accumulator's layout right after those of the half before
+        auto promote = [&](const float* p, float s0, float s1, float t0 = 0.f, float t1 = 0.f, int half = 0) {
 #pragma unroll
-            for (int j = 0; j < NR / 4; j++) {
+            for (int j = 0; j < NP / 4; j++) {
+                const int a = half * NP + 4 * j;   // acc index of p[4 j]; column group a / 4
                 if (SCALE == 2) {
-                    const bool lo = BN == 128 || j < jsplit;   // column block nb0 (else nb0 + 1: t0, t1)
+                    const bool lo = BN == 128 || a / 4 < jsplit;   // column block nb0 (else nb0 + 1: t0, t1)
                     const float u0 = lo ? s0 : t0, u1 = lo ? s1 : t1;
-                    acc[4 * j + 0] = fmaf(p[4 * j + 0], u0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(p[4 * j + 1], u0, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(p[4 * j + 2], u1, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(p[4 * j + 3], u1, acc[4 * j + 3]);
+                    acc[a + 0] = fmaf(p[4 * j + 0], u0, acc[a + 0]);
+                    acc[a + 1] = fmaf(p[4 * j + 1], u0, acc[a + 1]);
+                    acc[a + 2] = fmaf(p[4 * j + 2], u1, acc[a + 2]);
+                    acc[a + 3] = fmaf(p[4 * j + 3], u1, acc[a + 3]);
                 } else {
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[4 * j + e] += p[4 * j + e];
+                    for (int e = 0; e < 4; e++) acc[a + e] += p[4 * j + e];
                 }
             }
         };
@@ -741,6 +752,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
                 wg_wait0();
                 release((it - 1) % ST);
+            }
+        } else if (HALVES) {
+            // each K-tile as two 128-column halves through one partial: issue, wait, promote;
+            // the stage is released once both halves' wgmma have completed
+            for (int kt = 0; kt < nk; kt++, it++) {
+                float s0, s1, hi[2] = {0.f, 0.f};
+                scales_of(kt, s0, s1, hi);
+                issue(part, it % ST);
+                wg_wait0();
+                promote(part, s0, s1);
+                issue(part, it % ST, 0, 1, true);
+                wg_wait0();
+                release(it % ST);
+                promote(part, s0, s1, hi[0], hi[1], 1);
             }
         } else if (!OVL) {
             for (int kt = 0; kt < nk; kt++, it++) {

@@ -247,14 +247,16 @@ def test_plans_do_not_hold_the_callers_arrays():
         assert len(GM._plans) - plans <= 2
 
 
-def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch):
-    """The 128 x 192 (FP8) and 128 x 256 (f16) CTA tiles on ragged shapes, with TMA-store and
-    direct-store epilogues: every case within the float64 bound, and FP8 outputs bit-identical to
-    the 128-wide tiles'."""
+@pytest.mark.parametrize("fp8_width", [192, 256])
+def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch, fp8_width):
+    """The 128 x 192 or 128 x 256 (FP8, two halves) and 128 x 256 (f16) CTA tiles on ragged shapes,
+    with TMA-store and direct-store epilogues: every case within the float64 bound, and FP8 outputs
+    bit-identical to the 128-wide tiles'."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_gemm
     import fp8lab.gpu.gemm as GM
     monkeypatch.setattr(GM, "WIDE_TILES", "always")
+    monkeypatch.setattr(GM, "WIDE_FP8", fp8_width)
     assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))) == 0
     assert gpu_gemm.check_wide(print) == 0
 

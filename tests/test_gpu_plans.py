@@ -107,20 +107,41 @@ def test_ragged_table_refuses_int32_tile_overflow():
 
 
 def test_wide_tile_choice(sms, monkeypatch):
-    assert GM.WIDE_TILES == "auto"
-    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192) == 192
-    assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192) == 256
-    # 1024 columns in 192-wide tiles leave 12.5% unused; few tiles; block scales; grouped; split-K
-    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024) == 128
-    assert GM._tile_n(1, "tensor", 1, 1, 128, 8192) == 128     # 43 tiles: fewer than twice the SMs
-    assert GM._tile_n(1, "tensor", 1, 1, 768, 8192) == 128     # 6 x 43 = 258 tiles < 2 x 132
-    assert GM._tile_n(1, "tensor", 1, 1, 896, 8192) == 192     # 7 x 43 = 301
-    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 128   # measured slower ("always" has them)
+    assert GM.WIDE_TILES == "auto" and GM.WIDE_FP8 == "auto"
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192) == 192
+    assert GM._tile_n(2, "row_col", 1, 1, 8192, 8192, 8192) == 256
+    # 1024 columns in 192-wide tiles leave 12.5% unused, in 256-wide ones none
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024, 8192) == 256
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 1024, 8192) == 128    # 64 x 4 = 256 tiles < 2 x 132
+    assert GM._tile_n(1, "tensor", 1, 1, 128, 8192, 8192) == 128     # 43 tiles: fewer than twice the SMs
+    assert GM._tile_n(1, "tensor", 1, 1, 768, 8192, 8192) == 128     # 6 x 43 = 258 and 6 x 32 tiles < 2 x 132
+    assert GM._tile_n(1, "tensor", 1, 1, 896, 8192, 8192) == 192     # 7 x 43 = 301
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1000, 8192) == 256   # 4 x 256 columns, as many as 8 x 128
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 640, 8192) == 128    # 3 x 256 = 768 columns against 640
+    # short K loops: 256 first (half the tiles' fixed costs), long ones: 192 first
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 4096, 512) == 256
+    assert GM._tile_n(1, "row_col", 1, 1, 8192, 3456, 512) == 256    # 14 x 256 = 3584: 3.7% more columns
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 4096, 2048) == 192
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 3072, 512) == 256
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 2880, 512) == 192     # 12 x 256 = 3072 > 1.04 x 2944; 15 x 192
+    # block scales: 256 (192 measured slower than 128)
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192, 8192) == 256
+    assert GM._tile_n(1, "block", 1, 1, 16384, 768, 8192) == 256     # 128 x 3 tiles
+    assert GM._tile_n(1, "block", 1, 1, 2048, 1024, 8192) == 128     # 16 x 4 tiles
+    monkeypatch.setattr(GM, "WIDE_FP8", 256)
+    assert GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192) == 256
+    assert GM._wg_instance(0, 0, "tensor", "bfloat16", bn=256) in GM._wg_instances()
+    monkeypatch.setattr(GM, "WIDE_FP8", "auto")
     monkeypatch.setattr(GM, "WIDE_TILES", "always")
-    assert GM._tile_n(1, "block", 1, 1, 8192, 8192) == 192
-    assert GM._tile_n(2, "block", 1, 1, 8192, 8192) == 128   # f16 block scales need promoted partials
-    assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192) == 128
-    assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192) == 128
+    assert GM._tile_n(1, "block", 1, 1, 8192, 8192, 8192) == 256
+    assert GM._tile_n(1, "tensor", 1, 1, 65536, 1024, 8192) == 192
+    assert GM._tile_n(2, "block", 1, 1, 8192, 8192, 8192) == 128   # f16 block scales need promoted partials
+    assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192, 8192) == 128
+    assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192, 8192) == 128
+    monkeypatch.setattr(GM, "WIDE_FP8", 128)
+    with pytest.raises(ValueError, match="'auto', 192 or 256"):
+        GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192)
+    monkeypatch.setattr(GM, "WIDE_FP8", "auto")
     monkeypatch.setattr(GM, "WIDE_TILES", "yes")
     with pytest.raises(ValueError, match="'auto', 'always' or 'never'"):
-        GM._tile_n(1, "tensor", 1, 1, 8192, 8192)
+        GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192)

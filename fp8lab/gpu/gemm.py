@@ -8,8 +8,9 @@ fp8lab formats. Kernels (``kernel=`` forces one; :data:`last_kernel` names the o
   128 K-elements (while the next K-tile's wgmma run). 16-bit outputs with 16-byte aligned rows
   leave through shared memory and TMA stores that overlap the next tile. Products with few output
   tiles and K >= 2048 split K among CTAs (:data:`SPLIT_K`; a second launch adds the splits' fp32
-  sums in order). Large single GEMMs run 128 x 192 tiles (:data:`WIDE_TILES`; same bits). Rows whose byte stride is not a multiple of 16 are first copied into a padded
-  buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
+  sums in order). Large single GEMMs run 128 x 192 or 128 x 256 tiles (:data:`WIDE_TILES`,
+  :data:`WIDE_FP8`; same bits). Rows whose byte stride is not a multiple of 16 are first copied
+  into a padded buffer; ``layout="nn"`` transposes B once into K-major (``transpose_u8``), both counted in the
   call's time (:func:`transpose` makes K-major codes once, for reuse with ``layout="nt"``).
 - ``"wgmma-f16"``: any other format pair (hif8, the fnuz formats): both operands are decoded to
   fp16 (exact for every fp8lab format) in one launch (``decode_f16_pair``), then multiplied by the same kernel on
@@ -63,20 +64,38 @@ TMA_STORE = True
 #: ``OVL`` in gpu/gemm_wgmma.cu); False: issue, wait, promote. Same results bit for bit.
 WGMMA_OVERLAP = True
 #: wide CTA tiles for single GEMMs (``BN`` in gpu/gemm_wgmma.cu; not for block scales on the f16 path):
-#: 128 x 192 for FP8 pairs (the same bits as 128 x 128), 128 x 256 for the f16 path (fp32
-#: accumulation in the tensor cores over the whole K instead of partial sums promoted every 128
-#: K-elements: another order of the same fp32 additions). "auto": where the wide tiles fill the
-#: SMs at least twice and leave under 4% more columns unused than 128-wide ones, scales per tensor
-#: or per row and column (block-scaled FP8 ran slower on them); "always":
-#: wherever the kernel has them (one GEMM, no split-K); "never".
+#: 128 x 192 or 128 x 256 for FP8 pairs (:data:`WIDE_FP8`; the same bits as 128 x 128), 128 x 256
+#: for the f16 path (fp32 accumulation in the tensor cores over the whole K instead of partial sums
+#: promoted every 128 K-elements: another order of the same fp32 additions). "auto": the first
+#: width of :data:`WIDE_FP8`'s choice (f16: 256) whose tiles fill the SMs at least twice and leave
+#: under 4% more columns unused than 128-wide ones, else 128; "always": the first width wherever
+#: the kernel has wide tiles (one GEMM, no split-K); "never".
 WIDE_TILES = "auto"
-_WIDE = {1: 192, 2: 256}          # wide tile width per element size
-_WIDE_STAGES = {1: 4, 2: 3}       # their pipeline stages (40 KB / 48 KB per stage)
+#: width of the FP8 pairs' wide tiles: 192 (one m64n192 partial per K-tile), 256 (each K-tile as
+#: two m64n128 halves through one partial) or "auto": for scales per tensor or per row and column
+#: 192 first where K > 1024 (a long K loop: one wgmma chain per K-tile wins), else 256 first (it
+#: halves the tiles' fixed costs); 256 for block scales (slower on 192, faster than 128). The
+#: choices follow the H200 measurements in benchmarks/NOTES-gpu.md. Same bits at every width.
+WIDE_FP8 = "auto"
+_WIDE_STAGES = {(1, 192): 4, (1, 256): 3, (2, 256): 3}   # pipeline stages (40 / 48 / 48 KB each)
+
+
+def _wide(es: int, scaling: str, K: int) -> tuple:
+    """Wide tile widths to try, in order, for ``es``-byte operands (1 FP8 codes, 2 decoded fp16)."""
+    if WIDE_FP8 not in ("auto", 192, 256):
+        raise ValueError(f"WIDE_FP8 must be 'auto', 192 or 256, got {WIDE_FP8!r}")
+    if es == 2:
+        return (256,)
+    if WIDE_FP8 != "auto":
+        return (WIDE_FP8,)
+    if scaling == "block":
+        return (256,)
+    return (192, 256) if K > 1024 else (256, 192)
 
 
 def _wg_stages(es: int, bn: int) -> int:
     """Pipeline stages of a plain gemm_wgmma instance: per element size, and for its tile width."""
-    return _STAGES[es] if bn == 128 else _WIDE_STAGES[es]
+    return _STAGES[es] if bn == 128 else _WIDE_STAGES[(es, bn)]
 
 
 def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = None, bn: int = 128) -> str:
@@ -88,21 +107,20 @@ def _wg_instance(ta: int, tb: int, scaling: str, out: str, ovl: bool | None = No
     return head + f"{stages}, {int(ovl)}>"
 
 
-def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int) -> int:
+def _tile_n(es: int, scaling: str, G: int, splits: int, M: int, N: int, K: int) -> int:
     """Width of a launch's CTA tiles under :data:`WIDE_TILES`."""
     if WIDE_TILES not in ("auto", "always", "never"):
         raise ValueError(f"WIDE_TILES must be 'auto', 'always' or 'never', got {WIDE_TILES!r}")
     if WIDE_TILES == "never" or G != 1 or splits != 1 or (scaling == "block" and es == 2):
         return 128
-    bn = _WIDE[es]
+    widths = _wide(es, scaling, K)
     if WIDE_TILES == "always":
-        return bn
-    if scaling == "block":   # measured slower: the selects of two blocks' scales, no overlapped promotion
-        return 128
-    tn = -(-N // bn)
-    if -(-M // 128) * tn < 2 * _sm_count() or tn * bn > 1.04 * (-(-N // 128) * 128):
-        return 128
-    return bn
+        return widths[0]
+    for bn in widths:
+        tn = -(-N // bn)
+        if -(-M // 128) * tn >= 2 * _sm_count() and tn * bn <= 1.04 * (-(-N // 128) * 128):
+            return bn
+    return 128
 
 
 def _fused_instance(ta: int, tb: int, out: str, qa: int) -> str:
@@ -120,7 +138,7 @@ def _wg_instances() -> list[str]:
              if qa or o not in OUT_DTYPES]
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
-    plain += [_wg_instance(ta, tb, s, o, bn=_WIDE[2 if ta == 2 else 1]) for ta, tb in pairs
+    plain += [_wg_instance(ta, tb, s, o, bn=bn) for ta, tb in pairs for bn in ((256,) if ta == 2 else (192, 256))
               for s in SCALINGS for o in OUT_DTYPES if ta != 2 or s != "block"]
     others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1, 0>", "fp8q_check<2, 0>",
               "fp8q_check<1, 1>", "fp8q_check<2, 1>"]
@@ -385,7 +403,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     N = b2.shape[0] // G
     tiles = G * (-(-M // 128)) * (-(-N // 128))
     splits = _splits(tiles, -(-K // 128), G)
-    bn = _tile_n(es, scaling, G, splits, M, N)
+    bn = _tile_n(es, scaling, G, splits, M, N, K)
     tiles = G * (-(-M // 128)) * (-(-N // bn))
     # TMA-store epilogue: 16-bit outputs whose rows start on 16-byte boundaries
     cmap = (TMA_STORE and splits == 1 and out_dtype != "float32" and out.data.ptr % 16 == 0
@@ -450,7 +468,7 @@ def _wgmma_call(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     ``plan_out``: a list that receives the plan where it is replayable."""
     key = (cp.cuda.Device().id, G, a.data.ptr, a.shape, a.strides, b.data.ptr, b.shape, b.strides,
            fa.name, fb.name, scaling, layout, out_dtype, out.data.ptr, sa.data.ptr, sb.data.ptr,
-           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
+           FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES, WIDE_FP8)
     plan = _plans.get(key)
     if plan is None:
         launches, name, replay = _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out,
@@ -630,7 +648,7 @@ def _gemm_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, scaling, layout, ou
         key = (cp.cuda.Device().id, _array_key(cp, a), _array_key(cp, b), str(fmt_a),
                None if fmt_b is None else str(fmt_b), scale(scale_a), scale(scale_b), str(scaling),
                str(layout), str(out_dtype), _array_key(cp, out),
-               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES)
+               kernel, FUSED_DECODE, WGMMA_OVERLAP, TMA_STORE, SPLIT_K, WIDE_TILES, WIDE_FP8)
         hash(key)
         return key
     except (TypeError, AttributeError):   # not eligible; the full path checks and reports it
