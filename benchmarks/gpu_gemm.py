@@ -553,7 +553,7 @@ def main(argv=None):
     ap.add_argument("--wide", choices=("auto", "always", "never"), default=None,
                     help="fp8lab.gpu.gemm.WIDE_TILES for --check and --bench; --check also compares "
                          "wide and 128-wide tiles")
-    ap.add_argument("--wide-fp8", type=int, choices=(192, 256), default=None,
+    ap.add_argument("--wide-fp8", type=int, default=None,
                     help="fp8lab.gpu.gemm.WIDE_FP8 (the FP8 wide tiles' width) for --check and --bench")
     ap.add_argument("--wide-only", action="store_true",
                     help="with --check --wide: only the wide against 128-wide comparison")

@@ -139,7 +139,7 @@ def test_wide_tile_choice(sms, monkeypatch):
     assert GM._tile_n(1, "tensor", 2, 1, 8192, 8192, 8192) == 128
     assert GM._tile_n(1, "tensor", 1, 4, 8192, 8192, 8192) == 128
     monkeypatch.setattr(GM, "WIDE_FP8", 128)
-    with pytest.raises(ValueError, match="'auto', 192 or 256"):
+    with pytest.raises(ValueError, match="'auto' or one of 192, 256"):
         GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192)
     monkeypatch.setattr(GM, "WIDE_FP8", "auto")
     monkeypatch.setattr(GM, "WIDE_TILES", "yes")

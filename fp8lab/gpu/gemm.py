@@ -77,20 +77,27 @@ WIDE_TILES = "auto"
 #: halves the tiles' fixed costs); 256 for block scales (slower on 192, faster than 128). The
 #: choices follow the H200 measurements in benchmarks/NOTES-gpu.md. Same bits at every width.
 WIDE_FP8 = "auto"
-_WIDE_STAGES = {(1, 192): 4, (1, 256): 3, (2, 256): 3}   # pipeline stages (40 / 48 / 48 KB each)
+# the kernel's wide tiles, (element size, width): their pipeline stages (40 / 48 / 48 KB each)
+_WIDE_STAGES = {(1, 192): 4, (1, 256): 3, (2, 256): 3}
+
+
+def _wide_widths(es: int) -> tuple:
+    """The kernel's wide tile widths for ``es``-byte operands, narrowest first."""
+    return tuple(sorted(bn for e, bn in _WIDE_STAGES if e == es))
 
 
 def _wide(es: int, scaling: str, K: int) -> tuple:
     """Wide tile widths to try, in order, for ``es``-byte operands (1 FP8 codes, 2 decoded fp16)."""
-    if WIDE_FP8 not in ("auto", 192, 256):
-        raise ValueError(f"WIDE_FP8 must be 'auto', 192 or 256, got {WIDE_FP8!r}")
+    fp8 = _wide_widths(1)
+    if WIDE_FP8 != "auto" and WIDE_FP8 not in fp8:
+        raise ValueError(f"WIDE_FP8 must be 'auto' or one of {', '.join(map(str, fp8))}, got {WIDE_FP8!r}")
     if es == 2:
-        return (256,)
+        return _wide_widths(2)
     if WIDE_FP8 != "auto":
         return (WIDE_FP8,)
     if scaling == "block":
-        return (256,)
-    return (192, 256) if K > 1024 else (256, 192)
+        return fp8[-1:]
+    return fp8 if K > 1024 else fp8[::-1]
 
 
 def _wg_stages(es: int, bn: int) -> int:
@@ -138,7 +145,7 @@ def _wg_instances() -> list[str]:
              if qa or o not in OUT_DTYPES]
     plain = [_wg_instance(ta, tb, s, o, v) for ta, tb in pairs for s in SCALINGS for o in OUT_DTYPES
              for v in (False, True)]
-    plain += [_wg_instance(ta, tb, s, o, bn=bn) for ta, tb in pairs for bn in ((256,) if ta == 2 else (192, 256))
+    plain += [_wg_instance(ta, tb, s, o, bn=bn) for ta, tb in pairs for bn in _wide_widths(2 if ta == 2 else 1)
               for s in SCALINGS for o in OUT_DTYPES if ta != 2 or s != "block"]
     others = ["transpose_u8", "decode_f16_rows", "decode_f16_pair", "fp8q_check<1, 0>", "fp8q_check<2, 0>",
               "fp8q_check<1, 1>", "fp8q_check<2, 1>"]
