@@ -1,86 +1,156 @@
-"""A/B of two builds of gpu/gemm_wgmma.cu's plain GEMM in one run: the tree's kernel against an
-earlier one saved as gpu/gemm_wgmma_ab.cu (untracked; its kernel without the gtab argument).
+"""Builds of gpu/gemm_wgmma.cu's plain GEMM side by side in one run, with cuBLASLt.
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_ab.py
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_ab.py [--builds "base=;pf8=WG_PF=8"]
+        [--shapes 65536x1024x1024,8192x8192x8192] [--cases e4m3,blk,grouped] [--rounds 3] [--graph]
 
-Times (CUDA graphs, GPU time) the uniform grouped GEMM (64 x 8192x256x256) and single GEMMs of
-small shapes, alternating the builds, e4m3 per-tensor, bfloat16 out, and says whether the two
-builds' outputs agree. Make the saved build with e.g. ``git show c592e67:gpu/gemm_wgmma.cu >
-gpu/gemm_wgmma_ab.cu`` (left untracked it travels to the device with the tree) and delete it
-afterwards: the nvcc test compiles every gpu/*.cu.
+A build is a name and the ``#define`` pairs it adds in front of the tree's source
+(``name=A=1,B=2``); the build named ``saved`` compiles gpu/gemm_wgmma_ab.cu instead (an earlier
+source with the same kernel arguments, e.g. ``git show REV:gpu/gemm_wgmma.cu >
+gpu/gemm_wgmma_ab.cu``; left untracked it travels to the device with the tree; delete it
+afterwards: the nvcc test compiles every gpu/*.cu). Cases: ``e4m3`` (NT, per-tensor), ``blk``
+(e4m3, block scales), ``grouped`` (64 GEMMs of the shape in one launch, per-tensor; cuBLASLt then
+makes 64 calls), bfloat16 out, the library's tile choice. Every build's instances are compiled
+first in parallel processes. Then, per round, each case is timed (CUDA events, median of 10;
+``--graph``: GPU time of a CUDA graph of 10 calls, for launch-bound shapes) under every build in
+turn, and cuBLASLt (``torch._scaled_mm``, per-tensor) beside it; the table gives the median over
+rounds in TFLOPS and the ratio to cuBLASLt, and says whether each build's output equals the
+first build's bit for bit.
 """
-import cupy as cp
+from __future__ import annotations
 
-import fp8lab.gpu.codecs as G
-import fp8lab.gpu.gemm as GM
-from fp8lab.gpu._cache import BoundedCache
-from gpu_fused import _graph_time
+import argparse
+import concurrent.futures as cf
+import multiprocessing as mp
 
-import torch
-
-_kernel = GM._loader.kernel
+_CASES = {"e4m3": "tensor", "blk": "block", "grouped": "tensor"}
+_GROUP = 64
 
 
-class _Old:
-    """The saved build's kernel, launched with the tree's arguments less gtab (index 13)."""
+def parse_builds(text: str) -> dict:
+    """``"base=;pf8=WG_PF=8,X=1"`` -> ``{"base": (), "pf8": (("WG_PF", "8"), ("X", "1"))}``."""
+    builds = {}
+    for item in filter(None, (s.strip() for s in text.split(";"))):
+        name, _, defs = item.partition("=")
+        if not name or name in builds:
+            raise ValueError(f"build names must be unique and non-empty: {item!r}")
+        pairs = []
+        for d in filter(None, defs.split(",")):
+            k, eq, v = d.partition("=")
+            if not eq or not k.isidentifier():
+                raise ValueError(f"a define is NAME=VALUE, got {d!r} in build {name!r}")
+            pairs.append((k, v))
+        builds[name] = tuple(pairs)
+    if not builds:
+        raise ValueError("no build given")
+    return builds
 
-    def __init__(self, k):
-        self.k = k
 
-    @property
-    def max_dynamic_shared_size_bytes(self):
-        return self.k.max_dynamic_shared_size_bytes
-
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, v):
-        self.k.max_dynamic_shared_size_bytes = v
-
-    def __call__(self, grid, block, args, shared_mem=0):
-        return self.k(grid, block, args[:13] + args[14:], shared_mem=shared_mem)
+def _file(name: str) -> str:
+    return "gemm_wgmma_ab.cu" if name == "saved" else "gemm_wgmma.cu"
 
 
-def use(build):
+def _compile(job):
+    from fp8lab.gpu import _loader
+    name, defs, inst = job
+    _loader.kernel(_file(name), inst, defs)
+    return name, inst
+
+
+def use(build: str, defs: tuple):
+    """Route the library's gemm_wgmma launches to ``build`` (plans cleared)."""
+    import fp8lab.gpu.gemm as GM
+    from fp8lab.gpu._cache import BoundedCache
     GM._plans = BoundedCache(256)
-    if build == "old":
-        GM._loader.kernel = lambda f, i, *d: (_Old(_kernel("gemm_wgmma_ab.cu", i, *d))
-                                              if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<")
-                                              else _kernel(f, i, *d))
-    else:
-        GM._loader.kernel = _kernel
+    GM._loader.kernel = lambda f, i, *d: (_KERNEL(_file(build), i, defs)
+                                          if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<")
+                                          else _KERNEL(f, i, *d))
 
 
-def main():
-    g, (M, N, K) = 64, (8192, 256, 256)
-    a = G.encode(cp.random.standard_normal((g, M, K), dtype=cp.float32), "e4m3", saturate=True)
-    b = G.encode(cp.random.standard_normal((g, N, K), dtype=cp.float32), "e4m3", saturate=True)
-    out = cp.empty((g, M, N), cp.uint16)
-    cases = {"grouped 64x8192x256x256": lambda: GM.gemm_grouped(a, b, "e4m3", scale_a=1.0, scale_b=1.0,
-                                                                out_dtype="bfloat16", out=out)}
-    for (m, n, k) in ((8192, 256, 256), (2048, 1024, 1024), (16384, 512, 512), (8192, 8192, 8192)):
-        x = G.encode(cp.random.standard_normal((m, k), dtype=cp.float32), "e4m3", saturate=True)
-        y = G.encode(cp.random.standard_normal((n, k), dtype=cp.float32), "e4m3", saturate=True)
-        o = cp.empty((m, n), cp.uint16)
-        cases[f"gemm {m}x{n}x{k}"] = (lambda x=x, y=y, o=o: GM.gemm(x, y, "e4m3", out_dtype="bfloat16", out=o))
-    res = {}
-    ref = {}
-    for build in ("new", "old"):
-        use(build)
-        for name, fn in cases.items():
-            fn()
-            ref.setdefault(name, []).append(cp.asnumpy(out if name.startswith("grouped") else fn()))
-    for name in cases:
-        same = all((r == ref[name][0]).all() for r in ref[name])
-        print(f"{name}: builds agree bit for bit: {same}", flush=True)
-    for rnd in range(3):
-        for build in ("new", "old"):
-            use(build)
-            for name, fn in cases.items():
-                res.setdefault((name, build), []).append(_graph_time(cp, torch, fn, reps=10, n=10))
-    for name in cases:
-        tn = sorted(res[(name, "new")])[1]
-        to = sorted(res[(name, "old")])[1]
-        print(f"{name}: tree {tn * 1e3:.4f} ms, saved build {to * 1e3:.4f} ms, tree/saved {tn / to:.3f}", flush=True)
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--builds", default="base=;saved=")
+    ap.add_argument("--shapes", default="65536x1024x1024,8192x8192x8192")
+    ap.add_argument("--cases", default="e4m3,blk")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--graph", action="store_true")
+    a = ap.parse_args(argv)
+    builds = parse_builds(a.builds)
+    cases = a.cases.split(",")
+    for c in cases:
+        if c not in _CASES:
+            raise SystemExit(f"unknown case {c!r}; known: {', '.join(_CASES)}")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
 
+    import numpy as np
+    import cupy as cp
+    import torch
+
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    from gpu_gemm import _codes, _make_scales, _timeit
+    from gpu_fused import _graph_time
+    timeit = (lambda fn: _graph_time(cp, torch, fn, reps=10, n=10)) if a.graph else (lambda fn: _timeit(cp, fn))
+    global _KERNEL
+    _KERNEL = GM._loader.kernel
+    insts = sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases
+                    for bn in (128,) + GM._wide_widths(1)})
+    jobs = [(n, d, i) for n, d in builds.items() for i in insts]
+    with cf.ProcessPoolExecutor(min(16, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+        for n, i in ex.map(_compile, jobs):
+            pass
+    print(f"compiled {len(jobs)} instances ({len(builds)} builds)", flush=True)
+
+    rows = []
+    for (M, N, K) in shapes:
+        fl = 2.0 * M * N * K
+        grouped = "grouped" in cases
+        x, y = _codes(cp, G, (M, K), "e4m3"), _codes(cp, G, (N, K), "e4m3")
+        gx = _codes(cp, G, (_GROUP, M, K), "e4m3") if grouped else None
+        gy = _codes(cp, G, (_GROUP, N, K), "e4m3") if grouped else None
+        tx = torch.from_dlpack(x).view(torch.float8_e4m3fn)
+        ty = torch.from_dlpack(y).view(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        lt_fn = lambda: torch._scaled_mm(tx, ty.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        t = {}
+        same = {}
+        for c in cases:
+            sa, sb = _make_scales(cp, _CASES[c], M, N, K)
+            if c == "grouped":
+                out = cp.empty((_GROUP, M, N), cp.uint16)
+                fn = lambda: GM.gemm_grouped(gx, gy, "e4m3", out_dtype="bfloat16", out=out)
+            else:
+                out = cp.empty((M, N), cp.uint16)
+                fn = lambda: GM.gemm(x, y, "e4m3", scale_a=sa, scale_b=sb, scaling=_CASES[c],
+                                     out_dtype="bfloat16", out=out)
+            ref = None
+            for n, d in builds.items():
+                use(n, d)
+                fn()
+                if ref is None:
+                    ref = out.copy()
+                same[(c, n)] = bool((out == ref).all())
+            for _ in range(a.rounds):
+                t.setdefault("cublaslt", []).append(timeit(lt_fn))
+                for n, d in builds.items():
+                    use(n, d)
+                    t.setdefault((c, n), []).append(timeit(fn))
+            kern = GM.last_kernel
+        lt = fl / float(np.median(t["cublaslt"])) / 1e12
+        for c in cases:
+            for n in builds:
+                # grouped: 64 GEMMs per call, against 64 cuBLASLt calls (the same TFLOPS per GEMM)
+                tf = fl * (_GROUP if c == "grouped" else 1) / float(np.median(t[(c, n)])) / 1e12
+                rows.append((f"{M}x{N}x{K}", c, n, tf, lt, same[(c, n)]))
+                print(f"{M:>6d}x{N:>5d}x{K:>5d} {c:5s} {n:10s} {tf:7.0f} TFLOPS  cuBLASLt {lt:7.0f}  "
+                      f"ratio {tf / lt:.3f}  same bits as {next(iter(builds))}: {same[(c, n)]}", flush=True)
+        print(f"  (kernel: {kern})", flush=True)
+    print(f"{'shape':>18s} {'case':5s} {'build':10s} {'TFLOPS':>7s} {'cuBLASLt':>8s} {'ratio':>6s} same")
+    for s, c, n, tf, lt, ok in rows:
+        print(f"{s:>18s} {c:5s} {n:10s} {tf:7.0f} {lt:8.0f} {tf / lt:6.3f} {'yes' if ok else 'NO'}")
+    return 0 if all(r[5] for r in rows) else 1
+
+
+_KERNEL = None
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

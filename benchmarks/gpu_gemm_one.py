@@ -1,9 +1,10 @@
 """Three calls of one plain GPU GEMM (bfloat16 out), for ncu (``-s 2 -c 1`` profiles the third).
 
     PYTHONPATH=. python3 benchmarks/gpu_gemm_one.py 65536x1024x1024 [e4m3|hif8] [tensor|row_col|block]
-        [--wide auto|always|never]
+        [--wide auto|always|never] [--build "WG_PF=8,..."]
 
-Operands and scales are made as gpu_gemm.py's benchmarks make them.
+Operands and scales are made as gpu_gemm.py's benchmarks make them. ``--build``: defines put in
+front of gemm_wgmma.cu's source, as a build of gpu_ab.py.
 """
 import argparse
 
@@ -18,8 +19,13 @@ ap.add_argument("shape")
 ap.add_argument("fmt", nargs="?", default="e4m3")
 ap.add_argument("scaling", nargs="?", default="tensor", choices=GM.SCALINGS)
 ap.add_argument("--wide", default="auto", choices=("auto", "always", "never"))
+ap.add_argument("--build", default="")
 a = ap.parse_args()
 GM.WIDE_TILES = a.wide
+if a.build:
+    import gpu_ab
+    gpu_ab._KERNEL = GM._loader.kernel
+    gpu_ab.use("build", gpu_ab.parse_builds("build=" + a.build)["build"])
 M, N, K = (int(v) for v in a.shape.split("x"))
 x, w = _codes(cp, G, (M, K), a.fmt), _codes(cp, G, (N, K), a.fmt)
 sa, sb = _make_scales(cp, a.scaling, M, N, K)
