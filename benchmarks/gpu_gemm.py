@@ -36,6 +36,15 @@ def _codes(cp, G, shape, fmt):
     return G.encode(x, fmt, saturate=True)
 
 
+def _cublaslt(torch, a, b):
+    """cuBLASLt's e4m3 GEMM (``torch._scaled_mm``, unit scales, bfloat16 out) of the codes ``a``
+    (M, K) and ``b`` (N, K), as a callable."""
+    ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
+    tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
 def _dequant(cp, G, codes, fmt):
     return G.decode(codes, fmt, dtype="float64")
 
@@ -194,10 +203,7 @@ def bench(log, shapes=SHAPES, kernel="auto"):
                                              out_dtype="bfloat16", out=out, kernel=kernel))
                 r["e4m3_blk"] = fl / t / 1e12
                 del bn
-                ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
-                tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
-                one = torch.ones((), device="cuda", dtype=torch.float32)
-                f = lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                f = _cublaslt(torch, a, b)
                 r["cublaslt"] = fl / _timeit(cp, f) / 1e12
                 ct = cp.from_dlpack(f().float()).astype(cp.float64)
                 r["err_cublaslt"] = float(cp.linalg.norm(ct - ref) / cp.linalg.norm(ref))
@@ -253,11 +259,7 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
         for (M, N, K) in shapes:
             fl = 2.0 * M * N * K
             a, b = _codes(cp, G, (M, K), "e4m3"), _codes(cp, G, (N, K), "e4m3")
-            ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
-            tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
-            one = torch.ones((), device="cuda", dtype=torch.float32)
-            lt = fl / _timeit(cp, lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one,
-                                                            out_dtype=torch.bfloat16)) / 1e12
+            lt = fl / _timeit(cp, _cublaslt(torch, a, b)) / 1e12
             sa, sb = _make_scales(cp, "block", M, N, K)
             ha, hb = _codes(cp, G, (M, K), "hif8"), _codes(cp, G, (N, K), "hif8")
             cases = [("e4m3", a, b, "tensor", 1.0, 1.0), ("blk", a, b, "block", sa, sb),
@@ -289,7 +291,7 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
                 + "  " + " ".join("yes" if x else "NO" for x in same)
                 + "  v3-v0 " + " ".join(f"{row[(n, 'v3', 'diff')]:.1e}" for n in ("e4m3", "blk", "hif8"))
                 + f"  v4-v0 hif8 {row[('hif8', 'v4', 'diff')]:.1e}")
-            del a, b, ha, hb, ta, tb, sa, sb
+            del a, b, ha, hb, sa, sb
             cp.get_default_memory_pool().free_all_blocks()
     finally:
         for k, val in saved.items():

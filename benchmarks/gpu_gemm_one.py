@@ -24,7 +24,6 @@ a = ap.parse_args()
 GM.WIDE_TILES = a.wide
 if a.build:
     import gpu_ab
-    gpu_ab._KERNEL = GM._loader.kernel
     gpu_ab.use("build", gpu_ab.parse_builds("build=" + a.build)["build"])
 M, N, K = (int(v) for v in a.shape.split("x"))
 x, w = _codes(cp, G, (M, K), a.fmt), _codes(cp, G, (N, K), a.fmt)

@@ -19,7 +19,7 @@ import torch
 
 import fp8lab.gpu.codecs as G
 import fp8lab.gpu.gemm as GM
-from gpu_gemm import _codes
+from gpu_gemm import _codes, _cublaslt
 
 # nvidia-smi's clock-event reason bits
 REASONS = {0x4: "sw-power-cap", 0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal",
@@ -83,12 +83,8 @@ def main(shapes: str, seconds: float):
         M, N, K = (int(v) for v in s.split("x"))
         x, y = _codes(cp, G, (M, K), "e4m3"), _codes(cp, G, (N, K), "e4m3")
         out = cp.empty((M, N), cp.uint16)
-        tx = torch.from_dlpack(x).view(torch.float8_e4m3fn)
-        ty = torch.from_dlpack(y).view(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda", dtype=torch.float32)
         for name, fn in (("fp8lab", lambda: GM.gemm(x, y, "e4m3", out_dtype="bfloat16", out=out)),
-                         ("cuBLASLt", lambda: torch._scaled_mm(tx, ty.t(), scale_a=one, scale_b=one,
-                                                              out_dtype=torch.bfloat16))):
+                         ("cuBLASLt", _cublaslt(torch, x, y))):
             tf, mhz, w, rs = run(fn, 2.0 * M * N * K, seconds, fields)
             print(f"{s:>18s} {name:9s} {tf:7.0f} TFLOPS {mhz:6.0f} MHz {w:5.0f} W  {' '.join(rs)}", flush=True)
 
