@@ -58,14 +58,17 @@ def _compile(job):
 def use(build: str, defs: tuple):
     """Route the library's gemm_wgmma launches to ``build`` (plans cleared)."""
     import fp8lab.gpu.gemm as GM
-    from fp8lab.gpu._cache import BoundedCache
     global _KERNEL
     if _KERNEL is None:   # the loader's own function, kept before the first rerouting
         _KERNEL = GM._loader.kernel
-    GM._plans = BoundedCache(256)
-    GM._loader.kernel = lambda f, i, *d: (_KERNEL(_file(build), i, defs)
-                                          if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<")
-                                          else _KERNEL(f, i, *d))
+    GM._forget_plans()   # every plan cache: a plan holds the kernel of the build it was made under
+
+    def kernel(f, i, *d):
+        if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<"):
+            FETCHED[build] = FETCHED.get(build, 0) + 1
+            return _KERNEL(_file(build), i, defs)
+        return _KERNEL(f, i, *d)
+    GM._loader.kernel = kernel
 
 
 def main(argv=None):
@@ -121,7 +124,10 @@ def main(argv=None):
             ref = None
             for n, d in builds.items():
                 use(n, d)
+                before = FETCHED.get(n, 0)
                 fn()
+                if FETCHED.get(n, 0) == before:   # a cached plan ran another build's kernel
+                    raise SystemExit(f"build {n!r}: the call took no kernel of this build")
                 if ref is None:
                     ref = out.copy()
                 same[(c, n)] = bool((out == ref).all())
@@ -147,6 +153,7 @@ def main(argv=None):
 
 
 _KERNEL = None
+FETCHED: dict = {}   # build -> gemm_wgmma kernels fetched under it (each timed call must fetch)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -21,10 +21,12 @@
 // identical results). acc + 2 partials = 192 fp32 registers: the producer warpgroup gives its
 // registers up (setmaxnreg.dec 40) and the consumers take them (setmaxnreg.inc 232).
 // CMAP = 1 (16-bit outputs with 16-byte aligned rows): the epilogue goes through shared memory and
-// TMA. Each consumer writes its 64 x BN sub-tile (BN / 64 boxes of 64 x 64, 128B swizzle: conflict-
-// free) into its own 128 BN-byte staging buffer behind the stage ring, one thread issues the TMA stores (out-
-// of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G) map at tmaps[256..383])
-// and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
+// TMA. Each consumer converts its 64 x BN sub-tile two values per instruction (cvt.rn.{bf16,f16}x2)
+// and writes it with stmatrix (four 8 x 8 matrices of the accumulator's fragments per instruction;
+// BN / 64 boxes of 64 x 64, 128B swizzle: conflict-free) into its own 128 BN-byte staging buffer
+// behind the stage ring; without bias, ReLU or amax no per-element test is compiled in. One thread
+// issues the TMA stores (out-of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G)
+// map at tmaps[256..383]) and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
 // cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
 // BN > 128 (wide tiles, plain GEMMs: QA = 0, 16/32-bit outputs, OVL = 0; f16 without block scales):
 // CTA tile 128 x BN, each consumer 64 x BN (wgmma m64nBN). Fewer shared-memory bytes per MAC:
@@ -78,6 +80,7 @@ typedef unsigned long long u64;
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
 #endif
+template <bool B> struct WgFlag { static constexpr bool value = B; };
 
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
@@ -166,6 +169,15 @@ __device__ __forceinline__ u32 wg_swz(int row, int chunk, int key) {
 __device__ __forceinline__ void wg_warp_max(u32* dst, u32 m) {
     m = __reduce_max_sync(0xFFFFFFFFu, m);
     if ((threadIdx.x & 31) == 0 && m != 0u) atomicMax(dst, m);
+}
+
+// two 16-bit outputs in one word: lo in the low half, hi in the high half (the same rounding as
+// two wg_out16)
+__device__ __forceinline__ u32 wg_out16x2(float lo, float hi, int bf) {
+    u32 w;
+    if (bf) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
 }
 
 __device__ __forceinline__ u16 wg_out16(float x, int bf) {
@@ -843,24 +855,37 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                 }
             }
             named_sync(1 + cw, 128);                    // the staging buffer is free again
+            // The packed outputs of column groups j, j + 1 and both row halves are the four 8 x 8
+            // matrices of one stmatrix (the accumulator's fragment layout is stmatrix's): lane
+            // gives the address of row lane % 8 of matrix lane / 8, a 16-byte row of the swizzled
+            // box (conflict-free). Without bias, ReLU or amax (PLAIN) no per-element test is left.
+            auto stage_out = [&](auto plain) {
+                constexpr bool PLAIN = decltype(plain)::value;
 #pragma unroll
-            for (int j = 0; j < NR / 4; j++) {
-                const int c = n0 + 8 * j + 2 * (lane & 3);
-                float cb0 = 1.f, cb1 = 1.f;
-                if (SCALE == 1) { cb0 = c < N ? sbg[c] : 1.f; cb1 = c + 1 < N ? sbg[c + 1] : 1.f; }
+                for (int j = 0; j < NR / 4; j += 2) {
+                    u32 w[4];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = warp * 16 + (lane >> 2) + 8 * h;   // 0..63 in this sub-tile
-                    float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                    if (SCALE == 0) { v0 *= st; v1 *= st; }
-                    else if (SCALE == 1) { const float ra = h ? ra1 : ra0; v0 *= ra * cb0; v1 *= ra * cb1; }
-                    finish(v0, v1, m0 + cw * 64 + row, c);
-                    const u32 w = (u32)wg_out16(v0, OUT == 1) | ((u32)wg_out16(v1, OUT == 1) << 16);
-                    // box j / 8, 16-byte chunk j % 8 of the 128-byte row, swizzled by row % 8
-                    const u32 addr = stage_c + (j >> 3) * 8192 + wg_swz(row, j & 7, row & 7) + (lane & 3) * 4;
-                    asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(w) : "memory");
+                    for (int q = 0; q < 4; q++) {
+                        const int jj = j + (q >> 1), h = q & 1;
+                        const int c = n0 + 8 * jj + 2 * (lane & 3);
+                        float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
+                        if (SCALE == 0) { v0 *= st; v1 *= st; }
+                        else if (SCALE == 1) {
+                            const float ra = h ? ra1 : ra0;
+                            v0 *= ra * (c < N ? sbg[c] : 1.f);
+                            v1 *= ra * (c + 1 < N ? sbg[c + 1] : 1.f);
+                        }
+                        if constexpr (!PLAIN) finish(v0, v1, m0 + cw * 64 + warp * 16 + (lane >> 2) + 8 * h, c);
+                        w[q] = wg_out16x2(v0, v1, OUT == 1);
+                    }
+                    const int mi = lane >> 3, jj = j + (mi >> 1), row = warp * 16 + (mi & 1) * 8 + (lane & 7);
+                    const u32 addr = stage_c + (jj >> 3) * 8192 + wg_swz(row, jj & 7, lane & 7);
+                    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                                 :: "r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
                 }
-            }
+            };
+            if (bias == nullptr && !relu && oamax == nullptr) stage_out(WgFlag<true>());
+            else stage_out(WgFlag<false>());
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             named_sync(1 + cw, 128);
             if (t == 0) {

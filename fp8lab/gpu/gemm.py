@@ -1051,6 +1051,14 @@ _fused_fast = BoundedCache(256)
 _SCALAR = (int, float, np.floating, np.integer)
 
 
+def _forget_plans() -> None:
+    """Drop every cached launch plan (:data:`_plans` and both raw-argument caches), so that the
+    next calls fetch their kernels from the loader again (benchmarks that swap builds of a kernel
+    source need this: a plan holds its kernel function)."""
+    global _plans, _gemm_fast, _fused_fast
+    _plans, _gemm_fast, _fused_fast = BoundedCache(256), BoundedCache(256), BoundedCache(256)
+
+
 def _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale,
                     saturate, out_saturate, amax_a, amax_out, bfloat16, out, check, kernel):
     """The raw-argument key of a gemm_fused call, or None where the call is not eligible (an
