@@ -145,3 +145,17 @@ def test_wide_tile_choice(sms, monkeypatch):
     monkeypatch.setattr(GM, "WIDE_TILES", "yes")
     with pytest.raises(ValueError, match="'auto', 'always' or 'never'"):
         GM._tile_n(1, "tensor", 1, 1, 8192, 8192, 8192)
+
+
+def test_forget_plans_drops_every_cache_that_holds_a_kernel(monkeypatch):
+    # benchmarks that swap builds of a kernel source (benchmarks/gpu_ab.py) rely on this: a plan
+    # left in any cache would keep launching the kernel of the build it was made under
+    from fp8lab.gpu._cache import BoundedCache
+    no_kernels = {"_tmap_cache", "_work", "_scalars"}   # tensor maps, workspaces, device scalars
+    caches = {n for n, v in vars(GM).items() if isinstance(v, BoundedCache)} - no_kernels
+    assert {"_plans", "_gemm_fast", "_fused_fast"} <= caches
+    for n in caches:
+        monkeypatch.setattr(GM, n, BoundedCache(4, capturing=lambda: False))
+        getattr(GM, n).put(("key", n), "plan")
+    GM._forget_plans()
+    assert {n: len(getattr(GM, n)) for n in caches} == {n: 0 for n in caches}
