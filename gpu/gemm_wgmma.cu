@@ -26,8 +26,9 @@
 // BN / 64 boxes of 64 x 64, 128B swizzle: conflict-free) into its own 128 BN-byte staging buffer
 // behind the stage ring; without bias, ReLU or amax no per-element test is compiled in. One thread
 // issues the TMA stores (out-of-bounds rows and columns clipped by the tensor map, a 3-D (N, M, G)
-// map at tmaps[256..383]) and the warpgroup goes on to the next tile while the stores drain; the buffer is reused after
-// cp.async.bulk.wait_group.read. Else each thread stores its fragments directly.
+// map at tmaps[256..383]) and the warpgroup goes on to the next tile while the stores drain; the
+// buffer is reused after cp.async.bulk.wait_group.read. Else each thread stores its fragments
+// directly.
 // BN > 128 (wide tiles, plain GEMMs: QA = 0, 16/32-bit outputs, OVL = 0; f16 without block scales):
 // CTA tile 128 x BN, each consumer 64 x BN (wgmma m64nBN). Fewer shared-memory bytes per MAC:
 // every wgmma reads its 64-row A slice and the whole B tile, so a wider B amortizes A's reads,
