@@ -9,7 +9,11 @@ source with the same kernel arguments, e.g. ``git show REV:gpu/gemm_wgmma.cu >
 gpu/gemm_wgmma_ab.cu``; left untracked it travels to the device with the tree; delete it
 afterwards: the nvcc test compiles every gpu/*.cu). Cases: ``e4m3`` (NT, per-tensor), ``blk``
 (e4m3, block scales), ``grouped`` (64 GEMMs of the shape in one launch, per-tensor; cuBLASLt then
-makes 64 calls), bfloat16 out, the library's tile choice. Every build's instances are compiled
+makes 64 calls), bfloat16 out, the library's tile choice; ``fused`` / ``fused2``: gemm_fused with
+A in bfloat16 quantized on load at a device scale (amax / 448, or that rounded up to a power of
+two), against torch's scaled cast ``(x * (1/s)).to(float8_e4m3fn)`` + ``torch._scaled_mm`` (the
+ratio is then the speed-up over that). A build that sets ``QA_NB`` also sets the host's mirror
+of it (``_QA_NB``, which sets the quantize-on-load's unit size). Every build's instances are compiled
 first in parallel processes. Then, per round, each case is timed (CUDA events, median of 10;
 ``--graph``: GPU time of a CUDA graph of 10 calls, for launch-bound shapes) under every build in
 turn, and cuBLASLt (``torch._scaled_mm``, per-tensor) beside it; the table gives the median over
@@ -22,7 +26,8 @@ import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
 
-_CASES = {"e4m3": "tensor", "blk": "block", "grouped": "tensor"}
+_CASES = {"e4m3": "tensor", "blk": "block", "grouped": "tensor", "fused": "tensor", "fused2": "tensor"}
+_FUSED = ("fused", "fused2")
 _GROUP = 64
 
 
@@ -58,10 +63,11 @@ def _compile(job):
 def use(build: str, defs: tuple):
     """Route the library's gemm_wgmma launches to ``build`` (plans cleared)."""
     import fp8lab.gpu.gemm as GM
-    global _KERNEL
-    if _KERNEL is None:   # the loader's own function, kept before the first rerouting
-        _KERNEL = GM._loader.kernel
+    global _KERNEL, _QA_NB
+    if _KERNEL is None:   # the loader's own function and the tree's QA_NB, kept before the first rerouting
+        _KERNEL, _QA_NB = GM._loader.kernel, GM._QA_NB
     GM._forget_plans()   # every plan cache: a plan holds the kernel of the build it was made under
+    GM._QA_NB = int(dict(defs).get("QA_NB", _QA_NB))   # the host's mirror of the build's QA_NB
 
     def kernel(f, i, *d):
         if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<"):
@@ -95,8 +101,9 @@ def main(argv=None):
     from gpu_gemm import _codes, _cublaslt, _make_scales, _timeit
     from gpu_fused import _graph_time
     timeit = (lambda fn: _graph_time(cp, torch, fn, reps=10, n=10)) if a.graph else (lambda fn: _timeit(cp, fn))
-    insts = sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases
-                    for bn in (128,) + GM._wide_widths(1)})
+    insts = sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases if c not in _FUSED
+                    for bn in (128,) + GM._wide_widths(1)}
+                   | {GM._fused_instance(0, 0, "bfloat16", q) for c in cases if c in _FUSED for q in (1, 1 + GM._QA_ONCE)})
     jobs = [(n, d, i) for n, d in builds.items() for i in insts]
     with cf.ProcessPoolExecutor(min(16, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
         list(ex.map(_compile, jobs))
@@ -110,10 +117,23 @@ def main(argv=None):
         gx = _codes(cp, G, (_GROUP, M, K), "e4m3") if grouped else None
         gy = _codes(cp, G, (_GROUP, N, K), "e4m3") if grouped else None
         lt_fn = _cublaslt(torch, x, y)
+        refs = {"cublaslt": lt_fn}
+        if any(c in _FUSED for c in cases):   # bfloat16 A, a delayed (device) scale, its power of two
+            xa = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 2
+            xa_cp = cp.from_dlpack(xa.view(torch.int16)).view(cp.uint16)
+            s = (xa.abs().max().float() / 448).reshape(1)
+            fscale = {"fused": cp.from_dlpack(s), "fused2": cp.from_dlpack(torch.exp2(torch.ceil(torch.log2(s))))}
+            y8, one, inv = torch.from_dlpack(y).view(torch.float8_e4m3fn), torch.ones((), device="cuda"), 1.0 / s
+            refs["cast+lt"] = lambda: torch._scaled_mm((xa * inv).to(torch.float8_e4m3fn), y8.t(), scale_a=s,
+                                                       scale_b=one, out_dtype=torch.bfloat16)
         t = {}
         same = {}
         for c in cases:
-            if c == "grouped":
+            if c in _FUSED:
+                out = cp.empty((M, N), cp.uint16)
+                fn = lambda: GM.gemm_fused(xa_cp, y, "e4m3", scale_a=fscale[c], out_dtype="bfloat16", out=out,
+                                           bfloat16=True, check=False)
+            elif c == "grouped":
                 out = cp.empty((_GROUP, M, N), cp.uint16)
                 fn = lambda: GM.gemm_grouped(gx, gy, "e4m3", out_dtype="bfloat16", out=out)
             else:
@@ -131,14 +151,15 @@ def main(argv=None):
                 if ref is None:
                     ref = out.copy()
                 same[(c, n)] = bool((out == ref).all())
+            ref_name = "cast+lt" if c in _FUSED else "cublaslt"
             for _ in range(a.rounds):
-                t.setdefault("cublaslt", []).append(timeit(lt_fn))
+                t.setdefault((c, ref_name), []).append(timeit(refs[ref_name]))
                 for n, d in builds.items():
                     use(n, d)
                     t.setdefault((c, n), []).append(timeit(fn))
             kern = GM.last_kernel
-        lt = fl / float(np.median(t["cublaslt"])) / 1e12
         for c in cases:
+            lt = fl / float(np.median(t[(c, "cast+lt" if c in _FUSED else "cublaslt")])) / 1e12
             for n in builds:
                 # grouped: 64 GEMMs per call, against 64 cuBLASLt calls (the same TFLOPS per GEMM)
                 tf = fl * (_GROUP if c == "grouped" else 1) / float(np.median(t[(c, n)])) / 1e12
@@ -152,7 +173,7 @@ def main(argv=None):
     return 0 if all(r[5] for r in rows) else 1
 
 
-_KERNEL = None
+_KERNEL = _QA_NB = None
 FETCHED: dict = {}   # build -> gemm_wgmma kernels fetched under it (each timed call must fetch)
 
 if __name__ == "__main__":

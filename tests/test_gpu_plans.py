@@ -45,13 +45,13 @@ def test_every_fused_instance_is_compiled_by_the_nvcc_check():
 @pytest.mark.parametrize("M,K,itemsize", [(16384, 512, 2), (2048, 1024, 2), (8192, 256, 2), (8192, 256, 4),
                                             (100, 1, 4), (300, 520, 2), (64, 1 << 20, 2)])
 def test_quantize_on_load_units(M, K, itemsize):
-    # units of one tile row: a power of two up to 128, each unit at least _QA_CHUNKS chunks where
+    # units of one tile row: a power of two up to 128, each unit at least _qa_chunks() chunks where
     # a tile row has that many, and no larger than needed (doubling would go below the floor)
     p = GM._qa_parts(M, K, itemsize)
     cpr = -(-K * itemsize // 16)
     assert p in (1, 2, 4, 8, 16, 32, 64, 128)
-    assert p == 1 or (128 // p) * cpr >= GM._QA_CHUNKS
-    assert p == 128 or (128 // (2 * p)) * cpr < GM._QA_CHUNKS
+    assert p == 1 or (128 // p) * cpr >= GM._qa_chunks()
+    assert p == 128 or (128 // (2 * p)) * cpr < GM._qa_chunks()
 
 
 def test_quantize_on_load_staging_matches_the_kernel():

@@ -918,17 +918,21 @@ QA_ONCE_MIN_TILES_N = 3
 _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
 _QA_NB = 8   # 16-byte chunks of A per thread loaded at once by the convert-once phase (QA_NB there)
-_QA_CHUNKS = _QA_NB // 2 * 384   # chunks a convert-once unit holds at least (at most one load per
-# thread and chunk slot, 384 threads)
+
+
+def _qa_chunks() -> int:
+    """16-byte chunks a convert-once unit holds at least: half a block of loads of its 384
+    threads (read at call time: benchmarks comparing builds of another QA_NB set _QA_NB)."""
+    return _QA_NB // 2 * 384
 
 
 def _qa_parts(M: int, K: int, itemsize: int) -> int:
     """Units per 128-row tile row of the quantize-on-load phase (``qparts`` in gemm_wgmma.cu): the
-    most, as a power of two up to 128, that leaves each unit at least _QA_CHUNKS 16-byte chunks
+    most, as a power of two up to 128, that leaves each unit at least :func:`_qa_chunks` chunks
     (so that a unit is one block of loads per thread), so that many CTAs share the conversion."""
-    cpr = -(-K * itemsize // 16)
+    cpr, least = -(-K * itemsize // 16), _qa_chunks()
     parts = 1
-    while parts < 128 and (128 // (2 * parts)) * cpr >= _QA_CHUNKS:
+    while parts < 128 and (128 // (2 * parts)) * cpr >= least:
         parts *= 2
     return parts
 
@@ -1054,9 +1058,11 @@ _SCALAR = (int, float, np.floating, np.integer)
 def _forget_plans() -> None:
     """Drop every cached launch plan (:data:`_plans` and both raw-argument caches), so that the
     next calls fetch their kernels from the loader again (benchmarks that swap builds of a kernel
-    source need this: a plan holds its kernel function)."""
+    source need this: a plan holds its kernel function). Fresh caches of the same limits, not
+    ``evict()``: entries kept for captured CUDA graphs go too, so a graph captured before must not
+    be replayed after."""
     global _plans, _gemm_fast, _fused_fast
-    _plans, _gemm_fast, _fused_fast = BoundedCache(256), BoundedCache(256), BoundedCache(256)
+    _plans, _gemm_fast, _fused_fast = (BoundedCache(c.limit) for c in (_plans, _gemm_fast, _fused_fast))
 
 
 def _fused_fast_key(cp, a, b, fmt_a, fmt_b, scale_a, scale_b, bias, relu, out_dtype, out_scale,
