@@ -9,7 +9,8 @@ saturating or not, at scales that take each of its paths (power of two, other, b
 above 1); (2) gemm_fused's kernel against its composed definition
 (kernel="composed": cast_transpose, gemm, CuPy element-wise ops) bit for bit, for every input
 kind (float32, float16, bfloat16, codes), output type, bias / ReLU / maxima, ragged and strided
-shapes. Exit status 1 on any difference.
+shapes; (3) the quantize-on-load at every scale path, in the producer and converted once, with
+NaN, Inf and huge values in A. Exit status 1 on any difference.
 --bench: bfloat16 A, e4m3 B, bfloat16 out at a scale held on the device (delayed scaling), against
 torch: the scaled cast ``(x * (1/s)).to(float8_e4m3fn)`` then ``torch._scaled_mm`` (cuBLASLt), and
 torch's bf16 matmul; then the epilogue (bias, ReLU, e4m3 out + maximum) against _scaled_mm with
@@ -162,6 +163,19 @@ def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 2
     return bad
 
 
+def _vs_composed(a, b, **kw):
+    """One e4m3 quantize-on-load call by the kernel and by its composed definition: (outputs that
+    differ, whether amax_a differs)."""
+    import cupy as cp
+    from fp8lab.gpu.gemm import gemm_fused
+    res = []
+    for kernel in ("fused", "composed"):
+        am = cp.zeros(1, cp.float32)
+        res.append((gemm_fused(a, b, "e4m3", amax_a=am, kernel=kernel, check=False, **kw), am))
+    return (_same(res[0][0], res[1][0]),
+            int(res[0][1].get().view(np.uint32)[0] != res[1][1].get().view(np.uint32)[0]))
+
+
 def check_repeat(log, shapes=((1100, 384, 700), (16384, 512, 512), (2048, 1024, 1024), (8192, 256, 256)),
                  kinds=("bfloat16", "float32")):
     """Quantize-on-load calls in a row on one shape (the kernel's unit counters and code buffer are
@@ -169,7 +183,6 @@ def check_repeat(log, shapes=((1100, 384, 700), (16384, 512, 512), (2048, 1024, 
     amax_a: a new input at a power-of-two scale, another at another scale, the first again."""
     import cupy as cp
     import fp8lab.gpu.codecs as G
-    from fp8lab.gpu.gemm import gemm_fused
     rng = np.random.default_rng(11)
     bad = n = 0
     for M, N, K in shapes:
@@ -180,19 +193,40 @@ def check_repeat(log, shapes=((1100, 384, 700), (16384, 512, 512), (2048, 1024, 
             for x, sa in ((xs[0], 2.0 ** -4), (xs[1], 0.0217), (xs[0], 2.0 ** -4)):
                 a = (cp.asarray(x.view(np.uint32) >> 16).astype(cp.uint16) if kind == "bfloat16"
                      else cp.asarray(x))
-                res = []
-                for kernel in ("fused", "composed"):
-                    am = cp.zeros(1, cp.float32)
-                    c = gemm_fused(a, b, "e4m3", scale_a=cp.full(1, np.float32(sa), cp.float32), amax_a=am,
-                                   out_dtype="bfloat16", bfloat16=kind == "bfloat16", kernel=kernel, check=False)
-                    res.append((c, am))
-                d = _same(res[0][0], res[1][0])
-                da = int(res[0][1].get().view(np.uint32)[0] != res[1][1].get().view(np.uint32)[0])
+                d, da = _vs_composed(a, b, scale_a=cp.full(1, np.float32(sa), cp.float32), out_dtype="bfloat16",
+                                     bfloat16=kind == "bfloat16")
                 n += 1
                 if d or da:
                     bad += 1
                     log(f"MISMATCH repeated fused {M}x{N}x{K} a={kind} scale={sa}: {d} outputs, amax_a {da}")
         log(f"repeated fused calls: shape {M}x{N}x{K} ({n} cases so far, {bad} with mismatches)")
+    return bad
+
+
+def check_scale_paths(log, shapes=((300, 100, 520), (300, 300, 520))):
+    """The quantize-on-load at every scale of SCALES (each path of fp8_cvt.cuh: the careful route
+    of the division and float64 paths runs for every chunk, that of the others on blocks holding
+    NaN, Inf or an overflow), in the producer (one tile column) and converted once (three),
+    bfloat16 and float32 A, saturating or not, against gemm_fused(kernel="composed") bit for bit:
+    float32 out, and amax_a."""
+    import cupy as cp
+    import fp8lab.gpu.codecs as G
+    rng = np.random.default_rng(12)
+    bad = n = 0
+    for M, N, K in shapes:
+        x = (rng.standard_normal((M, K)) * np.exp2(rng.integers(-20, 20, (M, 1)))).astype(np.float32)
+        x[1, :4] = [np.nan, np.inf, -np.inf, 3e38]
+        b = G.encode(cp.asarray(rng.standard_normal((N, K)).astype(np.float32)), "e4m3", saturate=True)
+        for kind in ("bfloat16", "float32"):
+            a = cp.asarray(x.view(np.uint32) >> 16).astype(cp.uint16) if kind == "bfloat16" else cp.asarray(x)
+            for i, sa in enumerate(SCALES):
+                d, da = _vs_composed(a, b, scale_a=np.float32(sa), saturate=bool(i % 2), out_dtype="float32",
+                                     bfloat16=kind == "bfloat16")
+                n += 1
+                if d or da:
+                    bad += 1
+                    log(f"MISMATCH scale path {M}x{N}x{K} a={kind} scale={sa!r}: {d} outputs, amax_a {da}")
+        log(f"scale paths: shape {M}x{N}x{K} ({n} cases so far, {bad} with mismatches)")
     return bad
 
 
@@ -316,6 +350,7 @@ def main(argv=None):
         bad += check_convert(print)
         bad += check_gemm(print)
         bad += check_repeat(print)
+        bad += check_scale_paths(print)
     if a.bench:
         shapes = BENCH_SHAPES if a.shapes is None else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
         bench(print, shapes)

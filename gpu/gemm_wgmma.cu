@@ -76,7 +76,9 @@ typedef unsigned long long u64;
 #define WG_BM 128
 #define WG_BK 128
 #define WG_THREADS 384
-#define QA_NB 8    // quantize-on-load once: 16-byte chunks of A per thread loaded at once
+#ifndef QA_NB
+#define QA_NB 4    // quantize-on-load once: 16-byte chunks of A per thread loaded at once (a multiple of 4)
+#endif
 #define QA_RAW 4   // quantize-on-load in the producer: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
@@ -205,11 +207,31 @@ __device__ __forceinline__ void qa_unpack(const uint4& c, float (&f)[8]) {
     }
 }
 
+// The careful route of one chunk, out of line (rare: NaN, Inf or overflow in a block, or a scale
+// outside [2^-60, 2^60]; inlined at every chunk it would flood the instruction cache): its codes
+// (x, y: EPC / 4 words) and, TRACK, the maximum of finite |x| (z). qp by value: a reference would
+// put it in local memory across the call.
+template <int TA, int QA, int CP, bool TRACK>
+__device__ __noinline__ uint4 qa_careful(uint4 v, Fp8Q qp) {
+    constexpr int EPC = QA == 3 ? 4 : 8;
+    float f[8];
+    qa_unpack<QA>(v, f);
+    u32 mx = 0, q[2] = {0u, 0u};
+    if (TRACK) {
+#pragma unroll
+        for (int e = 0; e < EPC; e++) mx = max(mx, fp8q_mag(f[e]));
+    }
+#pragma unroll
+    for (int e = 0; e < EPC / 4; e++)
+        q[e] = fp8q_pair<TA + 1, CP>(f[4 * e], f[4 * e + 1], qp) | (fp8q_pair<TA + 1, CP>(f[4 * e + 2], f[4 * e + 3], qp) << 16);
+    return make_uint4(q[0], q[1], mx, 0u);
+}
+
 // Codes (format TA) of NB chunks at the scale of qp into q (EPC / 4 words per chunk), and the
 // running maximum mx of finite |x| (TRACK). PATH MUL / RCP: the branch-free fast route for the
 // whole block (ptxas interleaves the chunks), redone through the careful route when some scaled
 // magnitude reached fp8q_fast_lim (NaN, Inf or, without saturation, overflow); other paths: the
-// careful route (fp8q_pair per pair).
+// careful route (qa_careful per chunk, out of line).
 template <int TA, int QA, int PATH, bool TRACK, int NB>
 __device__ __forceinline__ void qa_convert(const uint4 (&v)[NB], u32 (&q)[NB][2], const Fp8Q& qp, u32& mx) {
     constexpr int EPC = QA == 3 ? 4 : 8;
@@ -245,16 +267,10 @@ __device__ __forceinline__ void qa_convert(const uint4 (&v)[NB], u32 (&q)[NB][2]
     constexpr int CP = PATH == FP8Q_RCP ? FP8Q_DIV : PATH;   // the careful route of the path
 #pragma unroll
     for (int i = 0; i < NB; i++) {
-        float f[8];
-        qa_unpack<QA>(v[i], f);
-        if (TRACK) {
-#pragma unroll
-            for (int e = 0; e < EPC; e++) mx = max(mx, fp8q_mag(f[e]));
-        }
-#pragma unroll
-        for (int e = 0; e < EPC / 4; e++)
-            q[i][e] = fp8q_pair<TA + 1, CP>(f[4 * e], f[4 * e + 1], qp) |
-                      (fp8q_pair<TA + 1, CP>(f[4 * e + 2], f[4 * e + 3], qp) << 16);
+        const uint4 r = qa_careful<TA, QA, CP, TRACK>(v[i], qp);
+        q[i][0] = r.x;
+        q[i][1] = r.y;
+        if (TRACK) mx = max(mx, r.z);
     }
 }
 
@@ -270,6 +286,7 @@ template <int TA, int QA, int PATH, bool TRACK>
 __device__ __forceinline__ void qa_phase(const u8* __restrict__ x8, long long ldx, int M, int K, u8* __restrict__ xq,
                                       int ldq, u32* qsync, int qparts, Fp8Q qp, u32* xamax) {
     constexpr int XES = QA == 3 ? 4 : 2, EPC = 16 / XES, NB = QA_NB, NT = WG_THREADS;
+    static_assert(NB % 4 == 0, "QA_NB: converted 4 chunks at a time");
     __shared__ int unit_s[2];
     const int units = ((M + WG_BM - 1) / WG_BM) * qparts, rows_per = WG_BM / qparts;
     const int cpr = (K + EPC - 1) / EPC;          // chunks per row

@@ -911,13 +911,14 @@ _QA = {"float32": 3, "float16": 2, "bfloat16": 1}   # gemm_wgmma's QA per high-p
 _QA_ONCE = 4   # added to QA: converted once before the GEMM (QONCE in gemm_wgmma.cu), not in the producer
 _QA_MODES = (0,) + tuple(sorted(_QA.values())) + tuple(q + _QA_ONCE for q in sorted(_QA.values()))
 #: quantize-on-load: A is converted once, before the GEMM, when C has at least this many tile
-#: columns (converting in the producer repeats the conversion once per tile column)
-QA_ONCE_MIN_TILES_N = 3
+#: columns (converting in the producer repeats the conversion once per tile column; at 2 columns
+#: it wins only for power-of-two scales, which a scale held on the device does not tell the host)
+QA_ONCE_MIN_TILES_N = 2
 # quantize-on-load in the producer: stage-ring depth and the staging of A (QA_RAW passes of 16 KB
 # in gemm_wgmma.cu) that share the shared memory with it and with C's staging
 _QA_STAGES = 4
 _QA_RAW_BYTES = 4 * 16384
-_QA_NB = 8   # 16-byte chunks of A per thread loaded at once by the convert-once phase (QA_NB there)
+_QA_NB = 4   # 16-byte chunks of A per thread loaded at once by the convert-once phase (QA_NB there)
 
 
 def _qa_chunks() -> int:
