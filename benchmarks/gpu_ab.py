@@ -31,6 +31,11 @@ _FUSED = ("fused", "fused2")
 _GROUP = 64
 
 
+def _ref(case: str) -> str:
+    """The baseline a case is timed against: torch's cast + cuBLASLt for the fused ones."""
+    return "cast+lt" if case in _FUSED else "cublaslt"
+
+
 def parse_builds(text: str) -> dict:
     """``"base=;pf8=WG_PF=8,X=1"`` -> ``{"base": (), "pf8": (("WG_PF", "8"), ("X", "1"))}``."""
     builds = {}
@@ -99,7 +104,7 @@ def main(argv=None):
     import fp8lab.gpu.codecs as G
     import fp8lab.gpu.gemm as GM
     from gpu_gemm import _codes, _cublaslt, _make_scales, _timeit
-    from gpu_fused import _graph_time
+    from gpu_fused import _graph_time, bf16_input, torch_cast_mm
     timeit = (lambda fn: _graph_time(cp, torch, fn, reps=10, n=10)) if a.graph else (lambda fn: _timeit(cp, fn))
     insts = sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases if c not in _FUSED
                     for bn in (128,) + GM._wide_widths(1)}
@@ -119,13 +124,9 @@ def main(argv=None):
         lt_fn = _cublaslt(torch, x, y)
         refs = {"cublaslt": lt_fn}
         if any(c in _FUSED for c in cases):   # bfloat16 A, a delayed (device) scale, its power of two
-            xa = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 2
-            xa_cp = cp.from_dlpack(xa.view(torch.int16)).view(cp.uint16)
-            s = (xa.abs().max().float() / 448).reshape(1)
-            fscale = {"fused": cp.from_dlpack(s), "fused2": cp.from_dlpack(torch.exp2(torch.ceil(torch.log2(s))))}
-            y8, one, inv = torch.from_dlpack(y).view(torch.float8_e4m3fn), torch.ones((), device="cuda"), 1.0 / s
-            refs["cast+lt"] = lambda: torch._scaled_mm((xa * inv).to(torch.float8_e4m3fn), y8.t(), scale_a=s,
-                                                       scale_b=one, out_dtype=torch.bfloat16)
+            xa, xa_cp, s, s2 = bf16_input(cp, torch, M, K)
+            fscale = {"fused": cp.from_dlpack(s), "fused2": cp.from_dlpack(s2)}
+            refs["cast+lt"] = torch_cast_mm(torch, xa, torch.from_dlpack(y).view(torch.float8_e4m3fn), s)
         t = {}
         same = {}
         for c in cases:
@@ -151,15 +152,14 @@ def main(argv=None):
                 if ref is None:
                     ref = out.copy()
                 same[(c, n)] = bool((out == ref).all())
-            ref_name = "cast+lt" if c in _FUSED else "cublaslt"
             for _ in range(a.rounds):
-                t.setdefault((c, ref_name), []).append(timeit(refs[ref_name]))
+                t.setdefault((c, _ref(c)), []).append(timeit(refs[_ref(c)]))
                 for n, d in builds.items():
                     use(n, d)
                     t.setdefault((c, n), []).append(timeit(fn))
             kern = GM.last_kernel
         for c in cases:
-            lt = fl / float(np.median(t[(c, "cast+lt" if c in _FUSED else "cublaslt")])) / 1e12
+            lt = fl / float(np.median(t[(c, _ref(c))])) / 1e12
             for n in builds:
                 # grouped: 64 GEMMs per call, against 64 cuBLASLt calls (the same TFLOPS per GEMM)
                 tf = fl * (_GROUP if c == "grouped" else 1) / float(np.median(t[(c, n)])) / 1e12

@@ -246,6 +246,22 @@ def _graph_time(cp, torch, fn, reps=20, n=20):
     return float(np.median(ts))
 
 
+def bf16_input(cp, torch, M, K):
+    """The fused benchmarks' A: bfloat16 N(0, 4) (the torch tensor and its bits as CuPy uint16),
+    its delayed scale on the device (amax / 448, shape (1,)) and that rounded up to a power of two."""
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 2
+    s = (x.abs().max().float() / 448).reshape(1)
+    return x, cp.from_dlpack(x.view(torch.int16)).view(cp.uint16), s, torch.exp2(torch.ceil(torch.log2(s)))
+
+
+def torch_cast_mm(torch, x, w8, s):
+    """The separate-cast baseline as a call: torch's scaled cast ``(x * (1/s)).to(float8_e4m3fn)``
+    then ``torch._scaled_mm`` with e4m3 ``w8`` (N x K), bfloat16 out."""
+    one, inv = torch.ones((), device="cuda"), 1.0 / s
+    return lambda: torch._scaled_mm((x * inv).to(torch.float8_e4m3fn), w8.t(), scale_a=s, scale_b=one,
+                                    out_dtype=torch.bfloat16)
+
+
 def bench(log, shapes=BENCH_SHAPES):
     import cupy as cp
     import torch
@@ -254,17 +270,14 @@ def bench(log, shapes=BENCH_SHAPES):
     from gpu_gemm import _timeit
     rows = []
     for (M, N, K) in shapes:
-        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 2
+        x, xb, s, s2 = bf16_input(cp, torch, M, K)
         w = G.encode(cp.random.standard_normal((N, K), dtype=cp.float32), "e4m3", saturate=True)
         w8 = torch.from_dlpack(w).view(torch.float8_e4m3fn)
-        s = (x.abs().max().float() / 448).reshape(1)          # delayed scaling: a scale on the device
-        s2 = torch.exp2(torch.ceil(torch.log2(s)))             # the same, rounded up to a power of two
         s2_cp = cp.from_dlpack(s2)
         inv = 1.0 / s
         a_codes = G.encode(cp.from_dlpack(x.float()) / cp.from_dlpack(s), "e4m3", saturate=True)
         a8 = torch.from_dlpack(a_codes).view(torch.float8_e4m3fn)
         one = torch.ones((), device="cuda")
-        xb = cp.from_dlpack(x.view(torch.int16)).view(cp.uint16)
         s_cp = cp.from_dlpack(s)
         out = cp.empty((M, N), cp.uint16)
         bias = torch.randn(N, device="cuda")
@@ -280,8 +293,7 @@ def bench(log, shapes=BENCH_SHAPES):
         del xw
 
         fns = {
-            "torch cast + _scaled_mm": lambda: torch._scaled_mm((x * inv).to(torch.float8_e4m3fn), w8.t(), scale_a=s,
-                                                              scale_b=one, out_dtype=torch.bfloat16),
+            "torch cast + _scaled_mm": torch_cast_mm(torch, x, w8, s),
             "fp8lab gemm_fused": lambda: gemm_fused(xb, w, "e4m3", scale_a=s_cp, out_dtype="bfloat16", out=out,
                                                     bfloat16=True, check=False),
             "fp8lab gemm_fused pow2": lambda: gemm_fused(xb, w, "e4m3", scale_a=s2_cp, out_dtype="bfloat16",

@@ -36,7 +36,7 @@ def main():
     for s in SCALES:
         s32 = np.float32(s)
         b = int(s32.view(np.uint32))
-        if not 0x21800000 <= b <= 0x5D800000 or b & 0x7FFFFF == 0:
+        if not 0x21800000 <= b <= 0x5D800000 or b & 0x7FFFFF == 0:   # fp8q_make: [2^-60, 2^60], no power of two
             continue
         inv = np.float32(1) / s32
         for name, x in inputs.items():

@@ -930,7 +930,8 @@ def _qa_chunks() -> int:
 def _qa_parts(M: int, K: int, itemsize: int) -> int:
     """Units per 128-row tile row of the quantize-on-load phase (``qparts`` in gemm_wgmma.cu): the
     most, as a power of two up to 128, that leaves each unit at least :func:`_qa_chunks` chunks
-    (so that a unit is one block of loads per thread), so that many CTAs share the conversion."""
+    (so that a unit is between half a block and a block of loads per thread), so that many CTAs
+    share the conversion."""
     cpr, least = -(-K * itemsize // 16), _qa_chunks()
     parts = 1
     while parts < 128 and (128 // (2 * parts)) * cpr >= least:
