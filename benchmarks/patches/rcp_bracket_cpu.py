@@ -18,6 +18,7 @@ quantize-on-load) and 1024-element groups (about a warp's) holding one. Where am
 significant bits, amax / 448 makes many x / s exact midpoints between two codes (a tie that only
 the exact quotient decides), and nearly every warp falls back to the careful route.
 """
+import argparse
 import sys
 import warnings
 
@@ -55,8 +56,12 @@ def draws(n):
 
 
 def main():
-    if sys.argv[1:2] == ["--draws"]:
-        return draws(int(sys.argv[2]))
+    ap = argparse.ArgumentParser(description="CPU emulation of rcp-bracket.patch's fast route")
+    ap.add_argument("--draws", type=int, default=0, metavar="N",
+                    help="instead: how often the route falls back on N draws of the benchmarks' input")
+    a = ap.parse_args()
+    if a.draws:
+        return draws(a.draws)
     warnings.simplefilter("ignore", RuntimeWarning)
     rng = np.random.default_rng(5)
     inputs = {"bf16": _all16("bfloat16"), "f16": _all16("float16"),
