@@ -119,7 +119,7 @@ def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 2
             fb = FMTS[int(si == 3)]
             xs = x[:, 3:] if (si + ki) % 3 == 0 else x[:, :K]   # strided rows (unaligned) or not
             if kind == "bfloat16":
-                a = cp.asarray(np.ascontiguousarray(xs).view(np.uint32) >> 16).astype(cp.uint16)
+                a = _bf16_bits(cp, xs)
                 if (si + ki) % 3 == 0:
                     wide = cp.zeros((M, K + 5), cp.uint16)
                     wide[:, 5:] = a
@@ -163,6 +163,11 @@ def check_gemm(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 2
     return bad
 
 
+def _bf16_bits(cp, x):
+    """bfloat16 bits (uint16 on the device) of float32 ``x``, truncated: A as ``bfloat16=True`` takes it."""
+    return cp.asarray(np.ascontiguousarray(x).view(np.uint32) >> 16).astype(cp.uint16)
+
+
 def _vs_composed(a, b, **kw):
     """One e4m3 quantize-on-load call by the kernel and by its composed definition: (outputs that
     differ, whether amax_a differs)."""
@@ -191,8 +196,7 @@ def check_repeat(log, shapes=((1100, 384, 700), (16384, 512, 512), (2048, 1024, 
         xs[1][M // 2, :3] = [np.nan, np.inf, 5e4]
         for kind in kinds:
             for x, sa in ((xs[0], 2.0 ** -4), (xs[1], 0.0217), (xs[0], 2.0 ** -4)):
-                a = (cp.asarray(x.view(np.uint32) >> 16).astype(cp.uint16) if kind == "bfloat16"
-                     else cp.asarray(x))
+                a = _bf16_bits(cp, x) if kind == "bfloat16" else cp.asarray(x)
                 d, da = _vs_composed(a, b, scale_a=cp.full(1, np.float32(sa), cp.float32), out_dtype="bfloat16",
                                      bfloat16=kind == "bfloat16")
                 n += 1
@@ -218,7 +222,7 @@ def check_scale_paths(log, shapes=((300, 100, 520), (300, 300, 520))):
         x[1, :4] = [np.nan, np.inf, -np.inf, 3e38]
         b = G.encode(cp.asarray(rng.standard_normal((N, K)).astype(np.float32)), "e4m3", saturate=True)
         for kind in ("bfloat16", "float32"):
-            a = cp.asarray(x.view(np.uint32) >> 16).astype(cp.uint16) if kind == "bfloat16" else cp.asarray(x)
+            a = _bf16_bits(cp, x) if kind == "bfloat16" else cp.asarray(x)
             for i, sa in enumerate(SCALES):
                 d, da = _vs_composed(a, b, scale_a=np.float32(sa), saturate=bool(i % 2), out_dtype="float32",
                                      bfloat16=kind == "bfloat16")

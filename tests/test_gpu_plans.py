@@ -64,13 +64,15 @@ def test_quantize_on_load_staging_matches_the_kernel():
 
 
 def test_quantize_on_load_constants_match_the_kernel():
-    # loads per thread of the convert-once phase, and the QA offset that selects it
+    # loads per thread of the convert-once phase, threads per CTA, and the QA offset that selects it
     import re
 
     from fp8lab.gpu import _loader
     src = _loader.source("gemm_wgmma.cu")
     m = re.search(r"^#define QA_NB (\d+)", src, re.M)
     assert m and int(m.group(1)) == GM._QA_NB
+    m = re.search(r"^#define WG_THREADS (\d+)", src, re.M)
+    assert m and int(m.group(1)) == GM._WG_THREADS
     assert f"constexpr bool QONCE = QA >= {GM._QA_ONCE};" in src
     assert GM._QA_MODES == (0, 1, 2, 3, 5, 6, 7)
 

@@ -45,6 +45,7 @@ _TILE = (128, 128)
 KERNELS = ("auto", "wgmma", "mma")
 _FP8_HW = {"e4m3": 0, "e5m2": 1}   # fp8lab formats whose codes are the hardware's FP8 types
 _STAGES = {1: 6, 2: 3}             # pipeline stages per element size (32 KB / 64 KB per stage)
+_WG_THREADS = 384                  # threads per gemm_wgmma CTA: 3 warpgroups (WG_THREADS there)
 #: name of the kernel the last :func:`gemm` call ran ("wgmma-fp8", "wgmma-f16" or "mma")
 last_kernel = None
 
@@ -426,7 +427,7 @@ def _gemm_wgmma(a, b, fa, fb, sa, sb, scaling, layout, out_dtype, out, kb, cp, G
     # holding the caller's output (or A, B) would keep that memory alive while the plan lives
     # (up to _plans.limit outputs), and its address from being reused by the next call's output.
     ws = _workspace("splitk", splits * M, N, cp.float32, cp) if splits > 1 else None
-    launches.append((k, (min(tiles * splits, _sm_count()),), (384,),
+    launches.append((k, (min(tiles * splits, _sm_count()),), (_WG_THREADS,),
                      lambda a, b, out, sa, sb: (maps, out, dims[0], dims[1], dims[2], dims[3], sa,
                                                 sb, dims[4], dims[5], dims[6], dims[7],
                                                 out if ws is None else ws, _NULL) + _NO_FUSION,
@@ -898,7 +899,7 @@ def _ragged_plan(a, b, fa, fb, sa, sb, shapes, scaling, out_dtype, out, cp):
         k.max_dynamic_shared_size_bytes = smem
     tiles = int(tab[-1])
     z = np.int32(0)
-    launches.append((k, (min(tiles, _sm_count()),), (384,),
+    launches.append((k, (min(tiles, _sm_count()),), (_WG_THREADS,),
                      (dmaps, _NULL, z, z, z, z, sa[ref], sb[ref], z, np.int32(G), np.int32(cmap),
                       np.int32(1), _NULL, dtab) + _NO_FUSION, smem))
     # `keep`: what the launches' arguments point into, alive as long as the plan
@@ -924,7 +925,7 @@ _QA_NB = 4   # 16-byte chunks of A per thread loaded at once by the convert-once
 def _qa_chunks() -> int:
     """16-byte chunks a convert-once unit holds at least: half a block of loads of its 384
     threads (read at call time: benchmarks comparing builds of another QA_NB set _QA_NB)."""
-    return _QA_NB // 2 * 384
+    return _QA_NB // 2 * _WG_THREADS
 
 
 def _qa_parts(M: int, K: int, itemsize: int) -> int:
@@ -1221,7 +1222,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
     dims = (np.int32(M), np.int32(N), np.int32(K), np.int32(N), np.int32(-(-K // BLOCK)), np.int32(1),
             np.int32(cmap), np.int32(1))
     tiles = tiles_m * (-(-N // 128))
-    launch = (k, (min(tiles, _sm_count()),), (384,),
+    launch = (k, (min(tiles, _sm_count()),), (_WG_THREADS,),
               lambda a_, b_, out_, sa_, sb_: (maps, out_) + dims[:4] + (sa_, sb_) + dims[4:] +
               (out_, _NULL, _NULL if qa == 0 else a_ if xcopy is None else xcopy) + tail, smem)
     return [launch], b2 is b and (a2 is a if qa == 0 else xa is a)
