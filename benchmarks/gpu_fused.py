@@ -10,7 +10,9 @@ above 1); (2) gemm_fused's kernel against its composed definition
 (kernel="composed": cast_transpose, gemm, CuPy element-wise ops) bit for bit, for every input
 kind (float32, float16, bfloat16, codes), output type, bias / ReLU / maxima, ragged and strided
 shapes; (3) the quantize-on-load at every scale path, in the producer and converted once, with
-NaN, Inf and huge values in A. Exit status 1 on any difference.
+NaN, Inf and huge values in A; (4) the codes written when A is converted once, for all 2^16
+bfloat16 and float16 values at every scale path, against fp8lab.quantize. Exit status 1 on any
+difference.
 --bench: bfloat16 A, e4m3 B, bfloat16 out at a scale held on the device (delayed scaling), against
 torch: the scaled cast ``(x * (1/s)).to(float8_e4m3fn)`` then ``torch._scaled_mm`` (cuBLASLt), and
 torch's bf16 matmul; then the epilogue (bias, ReLU, e4m3 out + maximum) against _scaled_mm with
@@ -234,6 +236,49 @@ def check_scale_paths(log, shapes=((300, 100, 520), (300, 300, 520))):
     return bad
 
 
+def check_codes(log, M=256, N=256, scales=SCALES):
+    """The codes the quantize-on-load writes when converting A once (its code buffer, read back
+    after the call) for all 2^16 bfloat16 and all 2^16 float16 values in A (M x 2^16 / M), at
+    every scale of ``scales``, e4m3 and e5m2, saturating or not, against fp8lab.quantize on the CPU;
+    and amax_a against gemm_fused(kernel="composed")."""
+    import cupy as cp
+    import fp8lab
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    warnings.simplefilter("ignore", RuntimeWarning)
+    K = (1 << 16) // M
+    assert -(-N // 128) >= GM.QA_ONCE_MIN_TILES_N, "N must take the converted-once route"
+    b = G.encode(cp.asarray(np.random.default_rng(13).standard_normal((N, K)).astype(np.float32)), "e4m3",
+                 saturate=True)
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    bad = n = 0
+    for kind in ("bfloat16", "float16"):
+        x = _all16(kind)
+        a = (cp.asarray(bits.astype(np.uint16)) if kind == "bfloat16" else
+             cp.asarray(bits.astype(np.uint16).view(np.float16))).reshape(M, K)
+        for fmt, sat, s in itertools.product(FMTS, (False, True), scales):
+            s32 = np.float32(s)
+            res = []
+            for kernel in ("fused", "composed"):
+                am = cp.zeros(1, cp.float32)
+                GM.gemm_fused(a, b, fmt, "e4m3", scale_a=s32, saturate=sat, amax_a=am, out_dtype="float32",
+                              bfloat16=kind == "bfloat16", kernel=kernel, check=False)
+                if kernel == "fused":
+                    got = GM._workspace("qcodes", M, GM._kmajor_stride(K), cp.uint8, cp)[:, :K].get().reshape(-1)
+                res.append(int(am.get().view(np.uint32)[0]))
+            ref = fp8lab.quantize(x.reshape(1, -1), fmt, scaling="tensor", scales=s32.reshape(1, 1),
+                                  rounding="nearest_even", saturate=sat).codes.reshape(-1)
+            d, da = int((got != ref).sum()), int(res[0] != res[1])
+            n += 1
+            if d or da:
+                bad += 1
+                j = int(np.flatnonzero(got != ref)[0]) if d else 0
+                log(f"MISMATCH phase-1 codes {kind} {fmt} sat={sat} s={s32!r}: {d} codes differ (first x={x[j]!r} "
+                    f"got 0x{got[j]:02x} want 0x{ref[j]:02x}), amax_a {da}")
+        log(f"phase-1 codes: all {kind} values done ({n} cases so far, {bad} with mismatches)")
+    return bad
+
+
 def _graph_time(cp, torch, fn, reps=20, n=20):
     """GPU seconds per call of ``fn``: a CUDA graph of ``n`` calls (captured on a torch stream that
     CuPy launches on too), replayed; median over ``reps``."""
@@ -367,6 +412,7 @@ def main(argv=None):
         bad += check_gemm(print)
         bad += check_repeat(print)
         bad += check_scale_paths(print)
+        bad += check_codes(print)
     if a.bench:
         shapes = BENCH_SHAPES if a.shapes is None else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
         bench(print, shapes)

@@ -210,12 +210,18 @@ __device__ __forceinline__ void qa_unpack(const uint4& c, float (&f)[8]) {
 // The careful route of one chunk, out of line (rare: NaN, Inf or overflow in a block, or a scale
 // outside [2^-60, 2^60]; inlined at every chunk it would flood the instruction cache): its codes
 // (x, y: EPC / 4 words) and, TRACK, the maximum of finite |x| (z). qp by value: a reference would
-// put it in local memory across the call.
+// put it in local memory across the call. A NaN's code has the NaN's sign (float16 too).
 template <int TA, int QA, int CP, bool TRACK>
 __device__ __noinline__ uint4 qa_careful(uint4 v, Fp8Q qp) {
     constexpr int EPC = QA == 3 ? 4 : 8;
     float f[8];
     qa_unpack<QA>(v, f);
+    if (QA == 2) {   // cvt.f32.f16 returns a NaN without its sign; fp8q_special takes it from x
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            f[e] = __uint_as_float(__float_as_uint(f[e]) | ((w[e >> 1] >> (16 * (e & 1))) & 0x8000u) << 16);
+    }
     u32 mx = 0, q[2] = {0u, 0u};
     if (TRACK) {
 #pragma unroll

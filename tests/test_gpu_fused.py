@@ -30,6 +30,12 @@ def test_fused_kernel_calls_in_a_row():
     assert gpu_fused.check_repeat(print, shapes=((1100, 384, 700),)) == 0
 
 
+def test_converted_once_codes_of_every_16_bit_input():
+    import gpu_fused
+    # a power of two, two reciprocal-path scales (one near each end of its range), a division-path one
+    assert gpu_fused.check_codes(print, scales=(32.0, 448.0 / 3.0, 2.0 ** -59 * 1.7, 3.0e30)) == 0
+
+
 def test_fused_rejects_bad_input():
     import cupy as cp
     from fp8lab.gpu.gemm import gemm_fused
