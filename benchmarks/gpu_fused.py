@@ -247,7 +247,9 @@ def check_codes(log, M=256, N=256, scales=SCALES):
     import fp8lab.gpu.gemm as GM
     warnings.simplefilter("ignore", RuntimeWarning)
     K = (1 << 16) // M
-    assert -(-N // 128) >= GM.QA_ONCE_MIN_TILES_N, "N must take the converted-once route"
+    if -(-N // 128) < GM.QA_ONCE_MIN_TILES_N:
+        raise ValueError(f"N={N} gives fewer than QA_ONCE_MIN_TILES_N={GM.QA_ONCE_MIN_TILES_N} tile columns: "
+                         "A would be converted in the producer, with no code buffer to read back")
     b = G.encode(cp.asarray(np.random.default_rng(13).standard_normal((N, K)).astype(np.float32)), "e4m3",
                  saturate=True)
     bits = np.arange(1 << 16, dtype=np.uint32)
@@ -264,7 +266,7 @@ def check_codes(log, M=256, N=256, scales=SCALES):
                 GM.gemm_fused(a, b, fmt, "e4m3", scale_a=s32, saturate=sat, amax_a=am, out_dtype="float32",
                               bfloat16=kind == "bfloat16", kernel=kernel, check=False)
                 if kernel == "fused":
-                    got = GM._workspace("qcodes", M, GM._kmajor_stride(K), cp.uint8, cp)[:, :K].get().reshape(-1)
+                    got = GM._qa_codes(M, K, cp).get().reshape(-1)
                 res.append(int(am.get().view(np.uint32)[0]))
             ref = fp8lab.quantize(x.reshape(1, -1), fmt, scaling="tensor", scales=s32.reshape(1, 1),
                                   rounding="nearest_even", saturate=sat).codes.reshape(-1)

@@ -32,7 +32,7 @@ def test_fused_kernel_calls_in_a_row():
 
 def test_converted_once_codes_of_every_16_bit_input():
     import gpu_fused
-    # a power of two, two reciprocal-path scales (one near each end of its range), a division-path one
+    # a power of two, two reciprocal-path scales (mid-range, near its lower end), a division-path one
     assert gpu_fused.check_codes(print, scales=(32.0, 448.0 / 3.0, 2.0 ** -59 * 1.7, 3.0e30)) == 0
 
 

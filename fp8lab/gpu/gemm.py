@@ -928,6 +928,12 @@ def _qa_chunks() -> int:
     return _QA_NB // 2 * _WG_THREADS
 
 
+def _qa_codes(M: int, K: int, cp):
+    """The code buffer a converted-once quantize-on-load writes A's codes into (an M x K view of a
+    workspace with TMA's row stride; it keeps the last call's codes of that shape)."""
+    return _workspace("qcodes", M, _kmajor_stride(K), cp.uint8, cp)[:, :K]
+
+
 def _qa_parts(M: int, K: int, itemsize: int) -> int:
     """Units per 128-row tile row of the quantize-on-load phase (``qparts`` in gemm_wgmma.cu): the
     most, as a power of two up to 128, that leaves each unit at least :func:`_qa_chunks` chunks
@@ -1196,7 +1202,7 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
         a2 = b2   # in the producer: A's tensor map is not used (b2's stands in)
     if once:   # its codes written into a2 (A's map), units counted in qsync
         qa += _QA_ONCE
-        a2 = _workspace("qcodes", M, _kmajor_stride(K), cp.uint8, cp)[:, :K]
+        a2 = _qa_codes(M, K, cp)
         qsync = _workspace("qsync", 1, 2 + tiles_m, cp.uint32, cp)   # zeros between launches
     cmap = (TMA_STORE and out_dtype in ("bfloat16", "float16") and out.data.ptr % 16 == 0
             and (N * 2) % 16 == 0)
