@@ -191,8 +191,10 @@ __device__ __forceinline__ u16 wg_out16(float x, int bf) {
 }
 
 // --- fused quantize-on-load: A converted once, before the GEMM ------------------------------------
-// EPC elements of a 16-byte chunk of A (QA 1 bfloat16, 2 float16, 3 float32) as float32
-template <int QA>
+// EPC elements of a 16-byte chunk of A (QA 1 bfloat16, 2 float16, 3 float32) as float32.
+// NAN_SIGN: a float16 NaN keeps its sign (cvt.f32.f16 returns one without it; the careful route's
+// fp8q_special reads the NaN code's sign from the float; the fast route never decides a NaN's code).
+template <int QA, bool NAN_SIGN = false>
 __device__ __forceinline__ void qa_unpack(const uint4& c, float (&f)[8]) {
     constexpr int EPC = QA == 3 ? 4 : 8;
     const u32 w[4] = {c.x, c.y, c.z, c.w};
@@ -203,6 +205,7 @@ __device__ __forceinline__ void qa_unpack(const uint4& c, float (&f)[8]) {
         else {
             const u16 hb = (u16)(w[e >> 1] >> (16 * (e & 1)));
             asm("cvt.f32.f16 %0, %1;" : "=f"(f[e]) : "h"(hb));
+            if (NAN_SIGN) f[e] = __uint_as_float(__float_as_uint(f[e]) | (u32)(hb & 0x8000u) << 16);
         }
     }
 }
@@ -215,13 +218,7 @@ template <int TA, int QA, int CP, bool TRACK>
 __device__ __noinline__ uint4 qa_careful(uint4 v, Fp8Q qp) {
     constexpr int EPC = QA == 3 ? 4 : 8;
     float f[8];
-    qa_unpack<QA>(v, f);
-    if (QA == 2) {   // cvt.f32.f16 returns a NaN without its sign; fp8q_special takes it from x
-        const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            f[e] = __uint_as_float(__float_as_uint(f[e]) | ((w[e >> 1] >> (16 * (e & 1))) & 0x8000u) << 16);
-    }
+    qa_unpack<QA, true>(v, f);
     u32 mx = 0, q[2] = {0u, 0u};
     if (TRACK) {
 #pragma unroll
