@@ -1,4 +1,5 @@
-"""Launch decisions of the GPU GEMM that need no GPU (the SM count is stubbed)."""
+"""Parts of the GPU modules that need no GPU: the GEMM's launch decisions (the SM count is
+stubbed) and host-checkable helpers."""
 
 import numpy as np
 import pytest
@@ -161,3 +162,15 @@ def test_forget_plans_drops_every_cache_that_holds_a_kernel(monkeypatch):
         getattr(GM, n).put(("key", n), "plan")
     GM._forget_plans()
     assert {n: len(getattr(GM, n)) for n in caches} == {n: 0 for n in caches}
+
+
+def test_widen_float16_is_exact_and_keeps_every_sign():
+    from fp8lab.gpu.codecs import widen_float16
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    x = h.view(np.float16).reshape(256, 256)[:, ::3]          # every code, and strided rows
+    y = widen_float16(x, np)
+    assert y.dtype == np.float32 and y.flags.c_contiguous and y.shape == x.shape
+    assert np.array_equal(y.view(np.uint32) >> 31, x.view(np.uint16) >> 15)   # NaNs too
+    ok = ~np.isnan(x)
+    assert np.array_equal(y[ok].view(np.uint32), x[ok].astype(np.float32).view(np.uint32))
+    assert np.isnan(y).sum() == np.isnan(x).sum() > 0

@@ -54,6 +54,21 @@ def _as_cupy(x):
                     f"got {type(x).__name__}; use fp8lab.encode / fp8lab.decode for NumPy arrays")
 
 
+def widen_float16(x, xp):
+    """A float16 array as a new C-ordered float32 array, exactly, every NaN keeping its sign.
+
+    ``xp`` is the array module (CuPy, or NumPy for a host check). On the device a half-to-float
+    conversion (``cvt.f32.f16``, which CuPy's ``astype`` compiles to) returns a NaN without its
+    sign, while the codes of E4M3 and E5M2 keep a NaN's sign (``docs/formats.md``, NaN codes), so
+    the sign bit is put back from the input's bits. For every other value it is already there.
+    """
+    y = xp.ascontiguousarray(x, dtype=xp.float32)
+    bits = y.view(xp.uint32)
+    sign = (x.view(xp.uint16) >> 15).astype(xp.uint32) << 31
+    xp.bitwise_or(bits, sign.reshape(bits.shape), out=bits)
+    return y
+
+
 def _sm_count() -> int:
     cp = _cupy()
     dev = cp.cuda.Device().id
