@@ -59,7 +59,7 @@ def widen_float16(x, xp):
 
     ``xp`` is the array module (CuPy, or NumPy for a host check). On the device a half-to-float
     conversion (``cvt.f32.f16``, which CuPy's ``astype`` compiles to) returns a NaN without its
-    sign, while the codes of E4M3 and E5M2 keep a NaN's sign (``docs/formats.md``, NaN codes), so
+    sign, while the codes of E4M3 and E5M2 keep a NaN's sign (``docs/codecs.md``, NaN inputs), so
     the sign bit is put back from the input's bits. For every other value it is already there.
     """
     y = xp.ascontiguousarray(x, dtype=xp.float32)
