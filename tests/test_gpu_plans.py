@@ -165,10 +165,10 @@ def test_forget_plans_drops_every_cache_that_holds_a_kernel(monkeypatch):
 
 
 def test_widen_float16_is_exact_and_keeps_every_sign():
-    from fp8lab.gpu.codecs import widen_float16
+    from fp8lab.gpu.codecs import _widen_float16
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     x = h.view(np.float16).reshape(256, 256)[:, ::3]          # every code, and strided rows
-    y = widen_float16(x, np)
+    y = _widen_float16(x, np)
     assert y.dtype == np.float32 and y.flags.c_contiguous and y.shape == x.shape
     assert np.array_equal(y.view(np.uint32) >> 31, x.view(np.uint16) >> 15)   # NaNs too
     ok = ~np.isnan(x)

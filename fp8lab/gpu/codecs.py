@@ -54,7 +54,7 @@ def _as_cupy(x):
                     f"got {type(x).__name__}; use fp8lab.encode / fp8lab.decode for NumPy arrays")
 
 
-def widen_float16(x, xp):
+def _widen_float16(x, xp):
     """A float16 array as a new C-ordered float32 array, exactly, every NaN keeping its sign.
 
     ``xp`` is the array module (CuPy, or NumPy for a host check). On the device a half-to-float

@@ -1237,13 +1237,13 @@ def _fused_launches(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
 def _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, sat_a, sat_o,
                     amax_a, amax_out, out, cp):
     """:func:`gemm_fused` as separate steps (the definition the fused kernel is checked against)."""
-    from .codecs import widen_float16
+    from .codecs import _widen_float16
     from .quantize import cast_transpose
     if kind == "codes":
         codes = a
     else:
         x32 = ((a.astype(cp.uint32) << 16).view(cp.float32) if kind == "bfloat16"
-               else widen_float16(a, cp) if kind == "float16" else a)
+               else _widen_float16(a, cp) if kind == "float16" else a)
         codes = cast_transpose(x32, fa, sa, rounding="nearest_even", saturate=sat_a, transpose=False,
                                amax=amax_a, check=False).q.codes
     y = gemm(codes, b, fa.name, fb.name, scale_a=sa, scale_b=sb, out_dtype="float32")

@@ -191,7 +191,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     import cupy as cp
 
     from ..qtensor import _geometry, _resolve_call
-    from .codecs import _as_cupy, _device_table, encode, widen_float16
+    from .codecs import _as_cupy, _device_table, encode, _widen_float16
 
     f, sc, delayed, mode, saturate = _resolve_call(fmt, scaling, rounding, saturate, seed)
     x = _as_cupy(x)
@@ -210,7 +210,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     if x.size == 0:
         return GPUQTensor(cp.empty(shape, cp.uint8), cp.ones(sshape, cp.float32), f, sc, src_dtype)
     if FUSED_CAST and mode != "stochastic" and x.dtype != cp.float64:
-        x32 = x3 if x3.dtype == cp.float32 else widen_float16(x3, cp)
+        x32 = x3 if x3.dtype == cp.float32 else _widen_float16(x3, cp)
         geom = (P, R, C, BR, BC, nbR, nbC)
         s_dev = None
         if scales is not None:
@@ -336,7 +336,7 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
     """
     import cupy as cp
 
-    from .codecs import _as_cupy, _sm_count, widen_float16
+    from .codecs import _as_cupy, _sm_count, _widen_float16
     from .gemm import _kmajor_stride
 
     f, sc, k, lut, special = _ct_plan(cp, fmt, rounding, saturate)
@@ -345,7 +345,7 @@ def cast_transpose(x, fmt, scale, *, rounding=None, saturate=None, transpose=Tru
         raise TypeError(f"x must be a 2-D float32 or float16 CuPy array, got {x.dtype} of shape "
                         f"{x.shape} (fp8lab.gpu.quantize.quantize takes any shape and float64)")
     if x.dtype == cp.float16:
-        x = widen_float16(x, cp)
+        x = _widen_float16(x, cp)
     elif x.size and (x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 0):
         x = cp.ascontiguousarray(x)
     s = _device_scale(cp, scale, check)
