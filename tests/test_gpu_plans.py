@@ -164,13 +164,28 @@ def test_forget_plans_drops_every_cache_that_holds_a_kernel(monkeypatch):
     assert {n: len(getattr(GM, n)) for n in caches} == {n: 0 for n in caches}
 
 
-def test_widen_float16_is_exact_and_keeps_every_sign():
+class _HalfToFloatLikeTheDevice:
+    """NumPy, but widening float16 as the device's cvt.f32.f16 does: a NaN loses its sign."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def ascontiguousarray(x, dtype=None):
+        y = np.ascontiguousarray(x, dtype=dtype)
+        if x.dtype == np.float16 and y.dtype == np.float32:
+            y.view(np.uint32)[np.isnan(y)] &= 0x7FFFFFFF
+        return y
+
+
+@pytest.mark.parametrize("xp", [np, _HalfToFloatLikeTheDevice()], ids=["numpy", "device-like"])
+def test_widen_float16_is_exact_and_keeps_every_sign(xp):
     from fp8lab.gpu.codecs import _widen_float16
-    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    x = h.view(np.float16).reshape(256, 256)[:, ::3]          # every code, and strided rows
-    y = _widen_float16(x, np)
-    assert y.dtype == np.float32 and y.flags.c_contiguous and y.shape == x.shape
-    assert np.array_equal(y.view(np.uint32) >> 31, x.view(np.uint16) >> 15)   # NaNs too
-    ok = ~np.isnan(x)
-    assert np.array_equal(y[ok].view(np.uint32), x[ok].astype(np.float32).view(np.uint32))
-    assert np.isnan(y).sum() == np.isnan(x).sum() > 0
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(256, 256)
+    for x in (every, every[:, ::3]):   # all 2^16 codes; strided rows
+        y = _widen_float16(x, xp)
+        assert y.dtype == np.float32 and y.flags.c_contiguous and y.shape == x.shape
+        assert np.array_equal(y.view(np.uint32) >> 31, x.view(np.uint16) >> 15)   # NaNs too
+        ok = ~np.isnan(x)
+        assert np.array_equal(y[ok].view(np.uint32), x[ok].astype(np.float32).view(np.uint32))
+        assert np.isnan(y).sum() == np.isnan(x).sum() > 0

@@ -65,7 +65,7 @@ def _widen_float16(x, xp):
     y = xp.ascontiguousarray(x, dtype=xp.float32)
     bits = y.view(xp.uint32)
     sign = (x.view(xp.uint16) >> 15).astype(xp.uint32) << 31
-    xp.bitwise_or(bits, sign.reshape(bits.shape), out=bits)
+    xp.bitwise_or(bits, sign, out=bits)
     return y
 
 
