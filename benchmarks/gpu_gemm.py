@@ -45,6 +45,16 @@ def _cublaslt(torch, a, b):
     return lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
+def _torch_rowwise(torch, a, b, sa, sb):
+    """torch's row-wise e4m3 ``_scaled_mm`` (scale_a (M, 1), scale_b (1, N), bfloat16 out) of the
+    codes ``a`` (M, K) and ``b`` (N, K) with float32 scales ``sa`` (M,) and ``sb`` (N,), as a
+    callable."""
+    ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
+    tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
+    ra, rb = torch.from_dlpack(sa).reshape(-1, 1), torch.from_dlpack(sb).reshape(1, -1)
+    return lambda: torch._scaled_mm(ta, tb.t(), scale_a=ra, scale_b=rb, out_dtype=torch.bfloat16)
+
+
 def _dequant(cp, G, codes, fmt):
     return G.decode(codes, fmt, dtype="float64")
 
@@ -158,22 +168,26 @@ def _timeit(cp, fn, reps=10, calls=1):
 
 
 def bench(log, shapes=SHAPES, kernel="auto"):
-    """TFLOPS per shape: e4m3 NT per-tensor (vs cuBLASLt ``_scaled_mm``), e4m3 NN (B transposed
-    inside the call) and e4m3 block scaling, hif8 NT (vs cuBLAS fp16 ``torch.matmul``), bfloat16 out;
-    errors ||C - ref|| / ||ref|| against float64."""
+    """TFLOPS per shape: e4m3 NT per-tensor (vs cuBLASLt ``_scaled_mm``), e4m3 NT per-row
+    (``row_col``: a scale per row of A and per row of B), e4m3 NN (B transposed inside the call)
+    and e4m3 block scaling, hif8 NT (vs cuBLAS fp16 ``torch.matmul``), bfloat16 out; every e4m3
+    ratio is to cuBLASLt per-tensor, and ``torch row`` is torch's own row-wise ``_scaled_mm`` for
+    reference; errors ||C - ref|| / ||ref|| against float64."""
     import cupy as cp
     import torch
     import fp8lab.gpu.codecs as G
     import fp8lab.gpu.gemm as GM
     gemm = GM.gemm
     rows = []
-    hdr = (f"{'M x N x K':>20s} {'e4m3 NT':>8s} {'cuBLASLt':>9s} {'ratio':>6s} {'e4m3 NN':>8s} {'ratio':>6s} "
+    hdr = (f"{'M x N x K':>20s} {'e4m3 NT':>8s} {'cuBLASLt':>9s} {'ratio':>6s} {'e4m3 row':>8s} {'ratio':>6s} "
+           f"{'torch row':>9s} {'e4m3 NN':>8s} {'ratio':>6s} "
            f"{'e4m3 blk':>8s} {'ratio':>6s} {'hif8':>6s} {'cuBLAS f16':>10s} {'ratio':>6s} {'err e4m3':>9s} "
            f"{'err hif8':>9s} {'err cuBLASLt':>12s} kernels")
 
     def line(r):
         M, N, K = r["shape"]
         return (f"{M:>6d}x{N:>5d}x{K:>5d} {r['e4m3']:8.0f} {r['cublaslt']:9.0f} {r['e4m3'] / r['cublaslt']:6.2f} "
+                f"{r['e4m3_row']:8.0f} {r['e4m3_row'] / r['cublaslt']:6.2f} {r['torch_row']:9.0f} "
                 f"{r['e4m3_nn']:8.0f} {r['e4m3_nn'] / r['cublaslt']:6.2f} {r['e4m3_blk']:8.0f} "
                 f"{r['e4m3_blk'] / r['cublaslt']:6.2f} {r['hif8']:6.0f} {r['cublas_f16']:10.0f} "
                 f"{r['hif8'] / r['cublas_f16']:6.2f} {r['err_e4m3']:9.1e} {r['err_hif8']:9.1e} "
@@ -198,6 +212,11 @@ def bench(log, shapes=SHAPES, kernel="auto"):
                 bn = cp.ascontiguousarray(b.T)
                 t = _timeit(cp, lambda: gemm(a, bn, fmt, layout="nn", out_dtype="bfloat16", out=out, kernel=kernel))
                 r["e4m3_nn"] = fl / t / 1e12
+                sa, sb = _make_scales(cp, "row_col", M, N, K)
+                t = _timeit(cp, lambda: gemm(a, b, fmt, scale_a=sa, scale_b=sb, scaling="row_col",
+                                             out_dtype="bfloat16", out=out, kernel=kernel))
+                r["e4m3_row"] = fl / t / 1e12
+                r["torch_row"] = fl / _timeit(cp, _torch_rowwise(torch, a, b, sa, sb)) / 1e12
                 sa, sb = _make_scales(cp, "block", M, N, K)
                 t = _timeit(cp, lambda: gemm(a, b, fmt, scale_a=sa, scale_b=sb, scaling="block",
                                              out_dtype="bfloat16", out=out, kernel=kernel))
