@@ -26,7 +26,7 @@ import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
 
-_CASES = {"e4m3": "tensor", "blk": "block", "grouped": "tensor", "fused": "tensor", "fused2": "tensor"}
+_CASES = {"e4m3": "tensor", "row": "row_col", "blk": "block", "grouped": "tensor", "fused": "tensor", "fused2": "tensor"}
 _FUSED = ("fused", "fused2")
 _GROUP = 64
 
