@@ -80,6 +80,9 @@ typedef unsigned long long u64;
 #define QA_NB 4    // quantize-on-load once: 16-byte chunks of A per thread loaded at once (a multiple of 4)
 #endif
 #define QA_RAW 4   // quantize-on-load in the producer: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
+#ifndef WG_RCPF
+#define WG_RCPF 1  // per-row/column scales: the epilogue loads column scales one step ahead
+#endif
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
 #endif
@@ -882,15 +885,33 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             // box (conflict-free). Without bias, ReLU or amax (PLAIN) no per-element test is left.
             auto stage_out = [&](auto plain) {
                 constexpr bool PLAIN = decltype(plain)::value;
+                // Column scales (SCALE 1) of column groups j, j + 1, loaded one step ahead: the
+                // stmatrix's memory clobber keeps a load from moving above the previous store.
+                float cbn[4] = {1.f, 1.f, 1.f, 1.f};
+                auto col_scales = [&](int j, float* cb) {
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int c = n0 + 8 * (j + (q >> 1)) + 2 * (lane & 3) + (q & 1);
+                        cb[q] = c < N ? sbg[c] : 1.f;
+                    }
+                };
+                if (SCALE == 1 && WG_RCPF) col_scales(0, cbn);
 #pragma unroll
                 for (int j = 0; j < NR / 4; j += 2) {
                     u32 w[4];
+                    const float cb[4] = {cbn[0], cbn[1], cbn[2], cbn[3]};
+                    if (SCALE == 1 && WG_RCPF && j + 2 < NR / 4) col_scales(j + 2, cbn);
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         const int jj = j + (q >> 1), h = q & 1;
                         const int c = n0 + 8 * jj + 2 * (lane & 3);
                         float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
                         if (SCALE == 0) { v0 *= st; v1 *= st; }
+                        else if (SCALE == 1 && WG_RCPF) {
+                            const float ra = h ? ra1 : ra0;
+                            v0 *= ra * cb[q & 2];
+                            v1 *= ra * cb[(q & 2) + 1];
+                        }
                         else if (SCALE == 1) {
                             const float ra = h ? ra1 : ra0;
                             v0 *= ra * (c < N ? sbg[c] : 1.f);
