@@ -36,22 +36,16 @@ def _codes(cp, G, shape, fmt):
     return G.encode(x, fmt, saturate=True)
 
 
-def _cublaslt(torch, a, b):
-    """cuBLASLt's e4m3 GEMM (``torch._scaled_mm``, unit scales, bfloat16 out) of the codes ``a``
-    (M, K) and ``b`` (N, K), as a callable."""
+def _cublaslt(torch, a, b, sa=None, sb=None):
+    """cuBLASLt's e4m3 GEMM (``torch._scaled_mm``, bfloat16 out) of the codes ``a`` (M, K) and
+    ``b`` (N, K), as a callable: unit scales, or row-wise with float32 scales ``sa`` (M,) and
+    ``sb`` (N,) (passed as (M, 1) and (1, N))."""
     ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
     tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda", dtype=torch.float32)
-    return lambda: torch._scaled_mm(ta, tb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
-
-def _torch_rowwise(torch, a, b, sa, sb):
-    """torch's row-wise e4m3 ``_scaled_mm`` (scale_a (M, 1), scale_b (1, N), bfloat16 out) of the
-    codes ``a`` (M, K) and ``b`` (N, K) with float32 scales ``sa`` (M,) and ``sb`` (N,), as a
-    callable."""
-    ta = torch.from_dlpack(a).view(torch.float8_e4m3fn)
-    tb = torch.from_dlpack(b).view(torch.float8_e4m3fn)
-    ra, rb = torch.from_dlpack(sa).reshape(-1, 1), torch.from_dlpack(sb).reshape(1, -1)
+    if sa is None:
+        ra = rb = torch.ones((), device="cuda", dtype=torch.float32)
+    else:
+        ra, rb = torch.from_dlpack(sa).reshape(-1, 1), torch.from_dlpack(sb).reshape(1, -1)
     return lambda: torch._scaled_mm(ta, tb.t(), scale_a=ra, scale_b=rb, out_dtype=torch.bfloat16)
 
 
@@ -216,7 +210,7 @@ def bench(log, shapes=SHAPES, kernel="auto"):
                 t = _timeit(cp, lambda: gemm(a, b, fmt, scale_a=sa, scale_b=sb, scaling="row_col",
                                              out_dtype="bfloat16", out=out, kernel=kernel))
                 r["e4m3_row"] = fl / t / 1e12
-                r["torch_row"] = fl / _timeit(cp, _torch_rowwise(torch, a, b, sa, sb)) / 1e12
+                r["torch_row"] = fl / _timeit(cp, _cublaslt(torch, a, b, sa, sb)) / 1e12
                 sa, sb = _make_scales(cp, "block", M, N, K)
                 t = _timeit(cp, lambda: gemm(a, b, fmt, scale_a=sa, scale_b=sb, scaling="block",
                                              out_dtype="bfloat16", out=out, kernel=kernel))
