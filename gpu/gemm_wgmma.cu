@@ -80,9 +80,6 @@ typedef unsigned long long u64;
 #define QA_NB 4    // quantize-on-load once: 16-byte chunks of A per thread loaded at once (a multiple of 4)
 #endif
 #define QA_RAW 4   // quantize-on-load in the producer: staging slots of 16 KB (one pass of 128 threads x 8 chunks)
-#ifndef WG_RCPF
-#define WG_RCPF 1  // per-row/column scales: the epilogue loads column scales one step ahead
-#endif
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 16
 #endif
@@ -682,6 +679,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     const bool use_cmap = (OUT == 1 || OUT == 2) && cmap;
     u64 tc = 0;   // C's tensor map of the current tile, acquired
     const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 128 * BN;   // this consumer's staging buffer (64 x BN)
+    // per-row scales with the TMA-store epilogue: this consumer's tile's BN column scales and 64
+    // row scales, copied in by cp.async when the tile starts and waited for at its epilogue (the
+    // 128-wide 6-stage instance then takes 232032 of the 232448 bytes of shared memory a CTA may have)
+    __shared__ __align__(16) float rcs_all[SCALE == 1 ? 2 * (BN + 64) : 1];
+    float* const rcs = rcs_all + (SCALE == 1 ? cw * (BN + 64) : 0);
     const Fp8Q oq = fp8q_make(OUT >= 3 ? os[0] : 1.f, ospec, ocodes);
     u32 omax = 0;
     // bias, ReLU and the running maximum of one output pair (row r, columns c, c + 1)
@@ -718,6 +720,19 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
         constexpr int OES = OUT == 0 ? 4 : OUT <= 2 ? 2 : 1;   // output bytes per element
         const bool pair_ok = (ldc & 1) == 0 && (reinterpret_cast<size_t>(Cg) & (2 * OES - 1)) == 0;
+        // (read by the previous tile's epilogue before its second named_sync: free again)
+        const bool rc_staged = SCALE == 1 && use_cmap && splits == 1;
+        if (rc_staged) {
+#pragma unroll
+            for (int i = t; i < BN + 64; i += 128) {
+                const int c = i < BN ? n0 + i : m0 + cw * 64 + (i - BN);
+                const bool in = i < BN ? c < N : c < M;
+                const float* src = in ? (i < BN ? sbg : sag) + c : sbg;
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                             :: "r"(smem_u32(rcs + i)), "l"(src), "r"(in ? 4 : 0) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = 0.f;
         const int r0 = m0 + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
@@ -854,7 +869,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
 
         // epilogue: thread holds rows r0, r1 and columns n0 + 8j + 2(lane%4) + {0,1}
         const float st = SCALE == 0 ? sag[0] * sbg[0] : 1.f;
-        const float ra0 = SCALE == 1 && r0 < M ? sag[r0] : 1.f, ra1 = SCALE == 1 && r1 < M ? sag[r1] : 1.f;
+        float ra0 = SCALE == 1 && !rc_staged && r0 < M ? sag[r0] : 1.f;
+        float ra1 = SCALE == 1 && !rc_staged && r1 < M ? sag[r1] : 1.f;
         if (splits > 1) {   // this split's unscaled fp32 sum (block scales already applied)
             float* w = ws + (size_t)sp * M * N;
 #pragma unroll
@@ -878,44 +894,45 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
                     tmap_acquire(tc);
                 }
             }
-            named_sync(1 + cw, 128);                    // the staging buffer is free again
+            if (rc_staged) asm volatile("cp.async.wait_all;" ::: "memory");
+            named_sync(1 + cw, 128);                    // the staging buffer is free again (and rcs filled)
+            if (rc_staged) {
+                ra0 = rcs[BN + warp * 16 + (lane >> 2)];
+                ra1 = rcs[BN + warp * 16 + (lane >> 2) + 8];
+            }
             // The packed outputs of column groups j, j + 1 and both row halves are the four 8 x 8
             // matrices of one stmatrix (the accumulator's fragment layout is stmatrix's): lane
             // gives the address of row lane % 8 of matrix lane / 8, a 16-byte row of the swizzled
             // box (conflict-free). Without bias, ReLU or amax (PLAIN) no per-element test is left.
             auto stage_out = [&](auto plain) {
                 constexpr bool PLAIN = decltype(plain)::value;
-                // Column scales (SCALE 1) of column groups j, j + 1, loaded one step ahead: the
-                // stmatrix's memory clobber keeps a load from moving above the previous store.
+                // Column scales (SCALE 1) of column groups j, j + 1 from rcs, read one step ahead:
+                // the stmatrix's memory clobber keeps a load from moving above the previous store.
                 float cbn[4] = {1.f, 1.f, 1.f, 1.f};
                 auto col_scales = [&](int j, float* cb) {
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int c = n0 + 8 * (j + (q >> 1)) + 2 * (lane & 3) + (q & 1);
-                        cb[q] = c < N ? sbg[c] : 1.f;
+                    for (int q = 0; q < 4; q += 2) {
+                        const float2 v = *reinterpret_cast<const float2*>(rcs + 8 * (j + (q >> 1)) + 2 * (lane & 3));
+                        cb[q] = v.x;
+                        cb[q + 1] = v.y;
                     }
                 };
-                if (SCALE == 1 && WG_RCPF) col_scales(0, cbn);
+                if (SCALE == 1) col_scales(0, cbn);
 #pragma unroll
                 for (int j = 0; j < NR / 4; j += 2) {
                     u32 w[4];
                     const float cb[4] = {cbn[0], cbn[1], cbn[2], cbn[3]};
-                    if (SCALE == 1 && WG_RCPF && j + 2 < NR / 4) col_scales(j + 2, cbn);
+                    if (SCALE == 1 && j + 2 < NR / 4) col_scales(j + 2, cbn);
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         const int jj = j + (q >> 1), h = q & 1;
                         const int c = n0 + 8 * jj + 2 * (lane & 3);
                         float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
                         if (SCALE == 0) { v0 *= st; v1 *= st; }
-                        else if (SCALE == 1 && WG_RCPF) {
+                        else if (SCALE == 1) {
                             const float ra = h ? ra1 : ra0;
                             v0 *= ra * cb[q & 2];
                             v1 *= ra * cb[(q & 2) + 1];
-                        }
-                        else if (SCALE == 1) {
-                            const float ra = h ? ra1 : ra0;
-                            v0 *= ra * (c < N ? sbg[c] : 1.f);
-                            v1 *= ra * (c + 1 < N ? sbg[c + 1] : 1.f);
                         }
                         if constexpr (!PLAIN) finish(v0, v1, m0 + cw * 64 + warp * 16 + (lane >> 2) + 8 * h, c);
                         w[q] = wg_out16x2(v0, v1, OUT == 1);
