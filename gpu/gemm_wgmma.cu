@@ -720,7 +720,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
         }
         constexpr int OES = OUT == 0 ? 4 : OUT <= 2 ? 2 : 1;   // output bytes per element
         const bool pair_ok = (ldc & 1) == 0 && (reinterpret_cast<size_t>(Cg) & (2 * OES - 1)) == 0;
-        // (read by the previous tile's epilogue before its second named_sync: free again)
+        // this tile's per-row scales into rcs (the previous tile's epilogue read it before its
+        // second named_sync, so it is free again)
         const bool rc_staged = SCALE == 1 && use_cmap && splits == 1;
         if (rc_staged) {
 #pragma unroll
