@@ -680,8 +680,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
     u64 tc = 0;   // C's tensor map of the current tile, acquired
     const u32 stage_c = sbase + ST * STAGE_BYTES + cw * 128 * BN;   // this consumer's staging buffer (64 x BN)
     // per-row scales with the TMA-store epilogue: this consumer's tile's BN column scales and 64
-    // row scales, copied in by cp.async when the tile starts and waited for at its epilogue (the
-    // 128-wide 6-stage instance then takes 232032 of the 232448 bytes of shared memory a CTA may have)
+    // row scales, copied in by cp.async when the tile starts and waited for at its epilogue. Static,
+    // beside the host's dynamic request (_wg_smem): the 128-wide 6-stage per-row instance is then
+    // less than 1 KB below the CTA's limit, and a launch over it fails rather than runs.
     __shared__ __align__(16) float rcs_all[SCALE == 1 ? 2 * (BN + 64) : 1];
     float* const rcs = rcs_all + (SCALE == 1 ? cw * (BN + 64) : 0);
     const Fp8Q oq = fp8q_make(OUT >= 3 ? os[0] : 1.f, ospec, ocodes);
@@ -898,8 +899,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma(
             if (rc_staged) asm volatile("cp.async.wait_all;" ::: "memory");
             named_sync(1 + cw, 128);                    // the staging buffer is free again (and rcs filled)
             if (rc_staged) {
-                ra0 = rcs[BN + warp * 16 + (lane >> 2)];
-                ra1 = rcs[BN + warp * 16 + (lane >> 2) + 8];
+                ra0 = rcs[BN + r0 - (m0 + cw * 64)];   // rcs[BN + i]: row m0 + cw * 64 + i
+                ra1 = rcs[BN + r1 - (m0 + cw * 64)];
             }
             // The packed outputs of column groups j, j + 1 and both row halves are the four 8 x 8
             // matrices of one stmatrix (the accumulator's fragment layout is stmatrix's): lane
