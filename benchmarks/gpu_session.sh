@@ -11,7 +11,11 @@
 # shapes; gemm-bench (300) gpu_gemm.py --bench; wide-check (200) gpu_gemm.py --check --wide always
 # (every case on wide tiles, then wide against 128-wide); wide256-check (150) the same comparison
 # only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at
-# $VARIANT_SHAPES (default 8192x8192x8192,65536x1024x1024). gemm_wgmma.cu's instances are compiled first in
+# $VARIANT_SHAPES (default 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200)
+# gpu_ab.py --builds "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES"
+# (default 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (150)
+# the same with the builds in reverse order (an order effect shows as a ratio that follows the
+# position, not the build). Patches under test are applied to the tree before the call. gemm_wgmma.cu's instances are compiled first in
 # the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
 # `pgrep -f`, which matches the shell running this command's own text). WARM_S (default 240)
 # bounds that compile; a fresh machine needs more when most instances are still uncached.
@@ -25,7 +29,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check ab ab-reversed"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -85,6 +89,15 @@ for arg in "$@"; do
     gemm-bench)  run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --bench ;;
     wide-check)  run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_gemm.py --check --wide always ;;
     wide256-check) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_gemm.py --check --wide always --wide-fp8 256 --wide-only ;;
+    check)       run_stage "$name" "${limit:-120}" python3 benchmarks/gpu_gemm.py --check ;;
+    ab|ab-reversed)
+                 builds=${AB_BUILDS:?"the ab stages need AB_BUILDS, e.g. 'old=WG_X=0;new='"}
+                 if [ "$name" = ab-reversed ]; then
+                   builds=$(printf '%s\n' "$builds" | tr ';' '\n' | tac | paste -sd ';')
+                 fi
+                 run_stage "$name" "${limit:-$([ "$name" = ab ] && echo 200 || echo 150)}" python3 benchmarks/gpu_ab.py \
+                   --builds "$builds" --cases "${AB_CASES:-blk,e4m3}" \
+                   --shapes "${AB_SHAPES:-8192x8192x8192,65536x1024x1024}" --rounds "${AB_ROUNDS:-5}" ;;
     variants)    run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --variants \
                    --shapes "${VARIANT_SHAPES:-8192x8192x8192,65536x1024x1024}" ;;
   esac
