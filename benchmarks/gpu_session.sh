@@ -10,15 +10,16 @@
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
 # shapes; gemm-bench (300) gpu_gemm.py --bench; wide-check (200) gpu_gemm.py --check --wide always
 # (every case on wide tiles, then wide against 128-wide); wide256-check (150) the same comparison
-# only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at
-# $VARIANT_SHAPES (default 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200)
-# gpu_ab.py --builds "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES"
-# (default 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (150)
-# the same with the builds in reverse order (an order effect shows as a ratio that follows the
-# position, not the build). Patches under test are applied to the tree before the call. gemm_wgmma.cu's instances are compiled first in
-# the background (gpu_warm.py); stages that launch them wait for it with `wait` on its PID (never
-# `pgrep -f`, which matches the shell running this command's own text). WARM_S (default 240)
-# bounds that compile; a fresh machine needs more when most instances are still uncached.
+# only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at $VARIANT_SHAPES (default
+# 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200) gpu_ab.py --builds
+# "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES" (default
+# 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (150) the same with
+# the builds in reverse order (an order effect shows as a ratio that follows the position, not the
+# build). Patches under test are applied to the tree before the call. gemm_wgmma.cu's instances are
+# compiled first in the background (gpu_warm.py); stages that launch them wait for it with `wait` on
+# its PID (never `pgrep -f`, which matches the shell running this command's own text). WARM_S
+# (default 240) bounds that compile; a fresh machine needs more when most instances are still
+# uncached.
 #
 # The kernel cache lives in .cupycache/ (ignored by git) unless CUPY_CACHE_DIR says otherwise.
 # SAVE_CACHE=1 packs it into $OUT/cupycache.tgz.aa, .ab, ... (15 MB parts); put those parts in the
