@@ -13,7 +13,7 @@
 # only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at $VARIANT_SHAPES (default
 # 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200) gpu_ab.py --builds
 # "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES" (default
-# 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (150) the same with
+# 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (200) the same with
 # the builds in reverse order (an order effect shows as a ratio that follows the position, not the
 # build). Patches under test are applied to the tree before the call. gemm_wgmma.cu's instances are
 # compiled first in the background (gpu_warm.py); stages that launch them wait for it with `wait` on
@@ -96,7 +96,7 @@ for arg in "$@"; do
                  if [ "$name" = ab-reversed ]; then
                    builds=$(printf '%s\n' "$builds" | tr ';' '\n' | tac | paste -sd ';')
                  fi
-                 run_stage "$name" "${limit:-$([ "$name" = ab ] && echo 200 || echo 150)}" python3 benchmarks/gpu_ab.py \
+                 run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_ab.py \
                    --builds "$builds" --cases "${AB_CASES:-blk,e4m3}" \
                    --shapes "${AB_SHAPES:-8192x8192x8192,65536x1024x1024}" --rounds "${AB_ROUNDS:-5}" ;;
     variants)    run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --variants \
