@@ -1,0 +1,69 @@
+"""One build of gpu/gemm_wgmma.cu checked case by case on wide tiles, each case synchronized, so
+that a kernel fault names the case that raised it (a fault ends the process's CUDA context: run
+one build per process).
+
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_isolate.py "late=WG_BTMA=0" [--scaling SCALING]
+
+The build is ``name=DEFINES`` as in ``gpu_ab.py``. Cases: e4m3 x e4m3, both layouts, every
+scaling and output type, on 192- and 256-wide tiles (``WIDE_TILES = "always"``) at the wide-tile
+test's ragged shapes, each against the float64 bound of ``gpu_gemm.check``; ``--scaling`` keeps
+one scaling's cases (a shorter run under compute-sanitizer). Prints one line per case; exit
+status 0 when every case is within its bound, 1 when one is not, 3 on a fault.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing as mp
+import sys
+
+SHAPES = ((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--scaling", default=None)
+    ap.add_argument("--no-compile", action="store_true", help="no parallel compile first (kernels cached)")
+    a = ap.parse_args(argv)
+    import gpu_ab
+    import gpu_gemm
+    import fp8lab.gpu.codecs as G
+    import fp8lab.gpu.gemm as GM
+    (name, defs), = gpu_ab.parse_builds(a.build).items()
+    scalings = GM.SCALINGS if a.scaling is None else (a.scaling,)
+    insts = sorted({GM._wg_instance(0, 0, s, o, bn=bn) for s in scalings for o in GM.OUT_DTYPES
+                    for bn in (128,) + GM._wide_widths(1)}
+                   | {GM._wg_instance(0, 0, s, o, v) for s in scalings for o in GM.OUT_DTYPES for v in (False, True)})
+    if not a.no_compile:
+        with cf.ProcessPoolExecutor(min(16, len(insts)), mp_context=mp.get_context("spawn")) as ex:
+            list(ex.map(gpu_ab._compile, [(name, defs, i) for i in insts]))
+        print(f"build {name}: compiled {len(insts)} instances", flush=True)
+    gpu_ab.use(name, defs)
+    import cupy as cp
+    GM.WIDE_TILES = "always"
+    bad = 0
+    for w in GM._wide_widths(1):
+        GM.WIDE_FP8 = w
+        for (M, N, K) in SHAPES:
+            for layout in GM.LAYOUTS:
+                for s in scalings:
+                    for od in GM.OUT_DTYPES:
+                        case = f"wide {w} {M}x{N}x{K} {layout} {s} {od}"
+                        print(case, end=" ", flush=True)
+                        try:
+                            nan, over, rel, ran, _ = gpu_gemm.run_case(cp, G, GM.gemm, "e4m3", "e4m3", M, N, K,
+                                                                       layout, s, od)
+                            cp.cuda.runtime.deviceSynchronize()
+                        except Exception as e:   # a kernel fault: the context is gone
+                            print(f"FAULT {type(e).__name__}: {e}", flush=True)
+                            return 3
+                        ok = not nan and not over
+                        bad += not ok
+                        print(f"[{ran}] {'ok' if ok else f'FAIL nan={nan} over={over}'} rel={rel:.2e}", flush=True)
+    print(f"build {name}: {bad} failing cases", flush=True)
+    return int(bad > 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
