@@ -2,12 +2,13 @@
 that a kernel fault names the case that raised it (a fault ends the process's CUDA context: run
 one build per process).
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_isolate.py "late=WG_BTMA=0" [--scaling SCALING]
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_isolate.py "base=" [--scaling SCALING] [--no-compile]
 
 The build is ``name=DEFINES`` as in ``gpu_ab.py``. Cases: e4m3 x e4m3, both layouts, every
 scaling and output type, on 192- and 256-wide tiles (``WIDE_TILES = "always"``) at the wide-tile
 test's ragged shapes, each against the float64 bound of ``gpu_gemm.check``; ``--scaling`` keeps
-one scaling's cases (a shorter run under compute-sanitizer). Prints one line per case; exit
+one scaling's cases and ``--no-compile`` skips the parallel compile of the build's instances
+(already in the kernel cache): a shorter run under compute-sanitizer. Prints one line per case; exit
 status 0 when every case is within its bound, 1 when one is not, 3 on a fault.
 """
 from __future__ import annotations
@@ -34,7 +35,8 @@ def main(argv=None) -> int:
     scalings = GM.SCALINGS if a.scaling is None else (a.scaling,)
     insts = sorted({GM._wg_instance(0, 0, s, o, bn=bn) for s in scalings for o in GM.OUT_DTYPES
                     for bn in (128,) + GM._wide_widths(1)}
-                   | {GM._wg_instance(0, 0, s, o, v) for s in scalings for o in GM.OUT_DTYPES for v in (False, True)})
+                   | {GM._wg_instance(0, 0, s, o, v) for s in scalings for o in GM.OUT_DTYPES
+                      for v in (False, True)})
     if not a.no_compile:
         with cf.ProcessPoolExecutor(min(16, len(insts)), mp_context=mp.get_context("spawn")) as ex:
             list(ex.map(gpu_ab._compile, [(name, defs, i) for i in insts]))
@@ -52,15 +54,16 @@ def main(argv=None) -> int:
                         case = f"wide {w} {M}x{N}x{K} {layout} {s} {od}"
                         print(case, end=" ", flush=True)
                         try:
-                            nan, over, rel, ran, _ = gpu_gemm.run_case(cp, G, GM.gemm, "e4m3", "e4m3", M, N, K,
-                                                                       layout, s, od)
+                            nan, over, rel, ran, _ = gpu_gemm.run_case(cp, G, GM.gemm, "e4m3", "e4m3",
+                                                                       M, N, K, layout, s, od)
                             cp.cuda.runtime.deviceSynchronize()
                         except Exception as e:   # a kernel fault: the context is gone
                             print(f"FAULT {type(e).__name__}: {e}", flush=True)
                             return 3
                         ok = not nan and not over
                         bad += not ok
-                        print(f"[{ran}] {'ok' if ok else f'FAIL nan={nan} over={over}'} rel={rel:.2e}", flush=True)
+                        verdict = "ok" if ok else f"FAIL nan={nan} over={over}"
+                        print(f"[{ran}] {verdict} rel={rel:.2e}", flush=True)
     print(f"build {name}: {bad} failing cases", flush=True)
     return int(bad > 0)
 
