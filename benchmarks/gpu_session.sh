@@ -15,11 +15,15 @@
 # "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES" (default
 # 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (200) the same with
 # the builds in reverse order (an order effect shows as a ratio that follows the position, not the
-# build). Patches under test are applied to the tree before the call. gemm_wgmma.cu's instances are
-# compiled first in the background (gpu_warm.py); stages that launch them wait for it with `wait` on
-# its PID (never `pgrep -f`, which matches the shell running this command's own text). WARM_S
-# (default 240) bounds that compile; a fresh machine needs more when most instances are still
-# uncached.
+# build); isolate (90 per build) gpu_isolate.py for each build of $AB_BUILDS in its own process
+# (every wide-tile case, or only $ISOLATE_SCALING's; ISOLATE_SANITIZE=1: a build that faults is run
+# again under compute-sanitizer, 120 s, which names the instruction), after which the ab stages time
+# only the builds that passed (a kernel fault ends a process's CUDA context, and with it every
+# build's timing in that process). Patches under test are applied to the tree before the call.
+# gemm_wgmma.cu's instances are compiled first in the background (gpu_warm.py); stages that launch
+# them wait for it with `wait` on its PID (never `pgrep -f`, which matches the shell running this
+# command's own text). WARM_S (default 240) bounds that compile; a fresh machine needs more when
+# most instances are still uncached.
 #
 # The kernel cache lives in .cupycache/ (ignored by git) unless CUPY_CACHE_DIR says otherwise.
 # SAVE_CACHE=1 packs it into $OUT/cupycache.tgz.aa, .ab, ... (15 MB parts); put those parts in the
@@ -30,7 +34,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check ab ab-reversed"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check isolate ab ab-reversed"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -52,9 +56,11 @@ timeout "${WARM_S:-240}" python3 benchmarks/gpu_warm.py --jobs "$(nproc)" > "$OU
 warm_pid=$!
 warmed=0
 
-run_stage() {   # name limit command...
+stage_rc=0
+run_stage() {   # name limit command...; its exit status in stage_rc (124: out of time)
   local name=$1 limit=$2 start rc
   shift 2
+  stage_rc=124
   if [ "$name" != quantize ] && [ $warmed = 0 ]; then
     wait "$warm_pid"
     warmed=1
@@ -72,6 +78,7 @@ run_stage() {   # name limit command...
   start=$(date +%s)
   timeout "$limit" "$@" >> "$log" 2>&1
   rc=$?
+  stage_rc=$rc
   tail -n +"$(( before + 1 ))" "$log" | tail -n 8
   echo "== $name: exit $rc after $(( $(date +%s) - start )) s" | tee -a "$log"
 }
@@ -91,8 +98,29 @@ for arg in "$@"; do
     wide-check)  run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_gemm.py --check --wide always ;;
     wide256-check) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_gemm.py --check --wide always --wide-fp8 256 --wide-only ;;
     check)       run_stage "$name" "${limit:-120}" python3 benchmarks/gpu_gemm.py --check ;;
+    isolate|ab|ab-reversed)
+                 builds=${AB_BUILDS:?"isolate and ab need AB_BUILDS, e.g. 'old=WG_X=0;new='"}
+                 ;;&
+    isolate)     passed=""
+                 for b in $(printf '%s\n' "$builds" | tr ';' ' '); do
+                   run_stage "isolate ${b%%=*}" "${limit:-90}" python3 benchmarks/gpu_isolate.py \
+                     "$b" ${ISOLATE_SCALING:+--scaling "$ISOLATE_SCALING"}
+                   [ "$stage_rc" = 0 ] && passed=${passed:+$passed;}$b
+                   if [ "$stage_rc" = 3 ] && [ "${ISOLATE_SANITIZE:-0}" = 1 ]; then   # where?
+                     san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+                     run_stage "sanitize ${b%%=*}" "${limit:-120}" "$san" --print-limit 4 \
+                       --target-processes application-only python3 benchmarks/gpu_isolate.py "$b" \
+                       --no-compile ${ISOLATE_SCALING:+--scaling "$ISOLATE_SCALING"}
+                   fi
+                 done
+                 echo "== isolate: builds passed: ${passed:-none}" | tee -a "$log"
+                 AB_BUILDS=$passed
+                 [ -n "$passed" ] || AB_BUILDS=";" ;;   # no build left: the ab stages skip
     ab|ab-reversed)
-                 builds=${AB_BUILDS:?"the ab stages need AB_BUILDS, e.g. 'old=WG_X=0;new='"}
+                 if [ "$builds" = ";" ]; then
+                   echo "== $name: skipped, no build passed isolate" | tee -a "$log"
+                   continue
+                 fi
                  if [ "$name" = ab-reversed ]; then
                    builds=$(printf '%s\n' "$builds" | tr ';' '\n' | tac | paste -sd ';')
                  fi
