@@ -19,6 +19,8 @@ import sys
 import numpy as np
 
 PAIRS = [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"), ("hif8", "hif8"), ("hif8", "e4m3")]
+#: ragged shapes of the wide-tile checks: K = 1000 (whole 4-block rows of block scales), 130, 520
+WIDE_SHAPES = ((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))
 SHAPES = [(8192, 8192, 8192), (65536, 1024, 1024), (65536, 4096, 512), (16384, 512, 512),
           (2048, 1024, 1024), (8192, 256, 256)]
 OUT_EPS = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
@@ -117,7 +119,11 @@ def run_case(cp, G, gemm, fa, fb, M, N, K, layout, scaling, out_dtype, kernel="a
 
 
 def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 129), (300, 264, 520),
-                      (130, 136, 200), (200, 136, 4100)), kernel="auto"):
+                      (130, 136, 200), (200, 136, 4100)), kernel="auto", pairs=PAIRS, scalings=None,
+          each=None):
+    """Every case (shape, format pair, layout, scaling, output type) against its float64 bound;
+    the number of failing cases. ``scalings``: a subset of the library's (default all); ``each``:
+    called with each case's text before it runs (a kernel fault then names its case)."""
     import cupy as cp
     import fp8lab.gpu.codecs as G
     from fp8lab.gpu.gemm import LAYOUTS, OUT_DTYPES, SCALINGS, gemm
@@ -125,10 +131,12 @@ def check(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (64, 200, 1
     n = 0
     worst: dict = {}
     for (M, N, K) in shapes:
-        for fa, fb in PAIRS:
+        for fa, fb in pairs:
             for layout in LAYOUTS:
-                for scaling in SCALINGS:
+                for scaling in scalings or SCALINGS:
                     for od in OUT_DTYPES:
+                        if each is not None:
+                            each(f"{M}x{N}x{K} {fa}x{fb} {layout} {scaling} {od}")
                         nan, over, rel, ran, acc = run_case(cp, G, gemm, fa, fb, M, N, K, layout, scaling, od,
                                                             kernel)
                         n += 1

@@ -6,10 +6,11 @@ one build per process).
 
 The build is ``name=DEFINES`` as in ``gpu_ab.py``. Cases: e4m3 x e4m3, both layouts, every
 scaling and output type, on 192- and 256-wide tiles (``WIDE_TILES = "always"``) at the wide-tile
-test's ragged shapes, each against the float64 bound of ``gpu_gemm.check``; ``--scaling`` keeps
-one scaling's cases and ``--no-compile`` skips the parallel compile of the build's instances
-(already in the kernel cache): a shorter run under compute-sanitizer. Prints one line per case; exit
-status 0 when every case is within its bound, 1 when one is not, 3 on a fault.
+test's ragged shapes (``gpu_gemm.WIDE_SHAPES``), through ``gpu_gemm.check``, which checks each
+against its float64 bound and synchronizes; ``--scaling`` keeps one scaling's cases and
+``--no-compile`` skips the parallel compile of the build's instances (already in the kernel
+cache): a shorter run under compute-sanitizer. Prints each case before it runs, then the
+failures; exit status 0 when every case is within its bound, 1 when one is not, 3 on a fault.
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
 import sys
-
-SHAPES = ((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))
 
 
 def main(argv=None) -> int:
@@ -29,7 +28,6 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import gpu_ab
     import gpu_gemm
-    import fp8lab.gpu.codecs as G
     import fp8lab.gpu.gemm as GM
     (name, defs), = gpu_ab.parse_builds(a.build).items()
     scalings = GM.SCALINGS if a.scaling is None else (a.scaling,)
@@ -42,28 +40,17 @@ def main(argv=None) -> int:
             list(ex.map(gpu_ab._compile, [(name, defs, i) for i in insts]))
         print(f"build {name}: compiled {len(insts)} instances", flush=True)
     gpu_ab.use(name, defs)
-    import cupy as cp
     GM.WIDE_TILES = "always"
     bad = 0
     for w in GM._wide_widths(1):
         GM.WIDE_FP8 = w
-        for (M, N, K) in SHAPES:
-            for layout in GM.LAYOUTS:
-                for s in scalings:
-                    for od in GM.OUT_DTYPES:
-                        case = f"wide {w} {M}x{N}x{K} {layout} {s} {od}"
-                        print(case, end=" ", flush=True)
-                        try:
-                            nan, over, rel, ran, _ = gpu_gemm.run_case(cp, G, GM.gemm, "e4m3", "e4m3",
-                                                                       M, N, K, layout, s, od)
-                            cp.cuda.runtime.deviceSynchronize()
-                        except Exception as e:   # a kernel fault: the context is gone
-                            print(f"FAULT {type(e).__name__}: {e}", flush=True)
-                            return 3
-                        ok = not nan and not over
-                        bad += not ok
-                        verdict = "ok" if ok else f"FAIL nan={nan} over={over}"
-                        print(f"[{ran}] {verdict} rel={rel:.2e}", flush=True)
+        each = lambda case: print(f"wide {w} {case}", flush=True)
+        try:
+            bad += gpu_gemm.check(print, shapes=gpu_gemm.WIDE_SHAPES, pairs=(("e4m3", "e4m3"),),
+                                  scalings=scalings, each=each)
+        except Exception as e:   # a kernel fault (the last case printed): the context is gone
+            print(f"FAULT {type(e).__name__}: {e}", flush=True)
+            return 3
     print(f"build {name}: {bad} failing cases", flush=True)
     return int(bad > 0)
 

@@ -257,6 +257,6 @@ def test_wide_tiles_within_bound_and_fp8_bits_unchanged(monkeypatch, fp8_width):
     import fp8lab.gpu.gemm as GM
     monkeypatch.setattr(GM, "WIDE_TILES", "always")
     monkeypatch.setattr(GM, "WIDE_FP8", fp8_width)
-    assert gpu_gemm.check(print, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520))) == 0
+    assert gpu_gemm.check(print, shapes=gpu_gemm.WIDE_SHAPES) == 0
     assert gpu_gemm.check_wide(print) == 0
 
