@@ -19,7 +19,10 @@
 # (every wide-tile case, or only $ISOLATE_SCALING's; ISOLATE_SANITIZE=1: a build that faults is run
 # again under compute-sanitizer, 120 s, which names the instruction), after which the ab stages time
 # only the builds that passed (a kernel fault ends a process's CUDA context, and with it every
-# build's timing in that process). Patches under test are applied to the tree before the call.
+# build's timing in that process); ncu-scales (90 per profile) ncu (--clock-control none: speed of
+# light, warp states, schedulers, pipes, instructions) of one e4m3 GEMM with per-tensor and with
+# block scales on the same 256-wide tiles, at each of $NCU_SHAPES (default
+# 8192x8192x8192,65536x1024x1024). Patches under test are applied to the tree before the call.
 # gemm_wgmma.cu's instances are compiled first in the background (gpu_warm.py); stages that launch
 # them wait for it with `wait` on its PID (never `pgrep -f`, which matches the shell running this
 # command's own text). WARM_S (default 240) bounds that compile; a fresh machine needs more when
@@ -34,7 +37,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check isolate ab ab-reversed"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check isolate ab ab-reversed ncu-scales"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -127,6 +130,15 @@ for arg in "$@"; do
                  run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_ab.py \
                    --builds "$builds" --cases "${AB_CASES:-blk,e4m3}" \
                    --shapes "${AB_SHAPES:-8192x8192x8192,65536x1024x1024}" --rounds "${AB_ROUNDS:-5}" ;;
+    ncu-scales)  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+                 for shape in $(printf '%s\n' "${NCU_SHAPES:-8192x8192x8192,65536x1024x1024}" | tr ',' ' '); do
+                   for sc in tensor block; do
+                     run_stage "ncu $shape $sc" "${limit:-90}" "$ncu_bin" --clock-control none \
+                       -k regex:gemm_wgmma -s 2 -c 1 --section SpeedOfLight --section WarpStateStats \
+                       --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+                       python3 benchmarks/gpu_gemm_one.py "$shape" e4m3 "$sc" --wide-fp8 256
+                   done
+                 done ;;
     variants)    run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --variants \
                    --shapes "${VARIANT_SHAPES:-8192x8192x8192,65536x1024x1024}" ;;
   esac
