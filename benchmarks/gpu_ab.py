@@ -65,6 +65,13 @@ def _compile(job):
     _loader.kernel(_file(name), inst, defs)
 
 
+def compile_all(jobs) -> None:
+    """Compile ``(build name, defines, instance)`` jobs into the kernel cache, up to 16 at once, each
+    process compiling one instance at a time (a compile takes 1-15 s)."""
+    with cf.ProcessPoolExecutor(min(16, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+        list(ex.map(_compile, jobs))
+
+
 def use(build: str, defs: tuple):
     """Route the library's gemm_wgmma launches to ``build`` (plans cleared)."""
     import fp8lab.gpu.gemm as GM
@@ -110,8 +117,7 @@ def main(argv=None):
                     for bn in (128,) + GM._wide_widths(1)}
                    | {GM._fused_instance(0, 0, "bfloat16", q) for c in cases if c in _FUSED for q in (1, 1 + GM._QA_ONCE)})
     jobs = [(n, d, i) for n, d in builds.items() for i in insts]
-    with cf.ProcessPoolExecutor(min(16, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-        list(ex.map(_compile, jobs))
+    compile_all(jobs)
     print(f"compiled {len(jobs)} instances ({len(builds)} builds)", flush=True)
 
     rows = []

@@ -15,8 +15,6 @@ failures; exit status 0 when every case is within its bound, 1 when one is not, 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import multiprocessing as mp
 import sys
 
 
@@ -36,8 +34,7 @@ def main(argv=None) -> int:
                    | {GM._wg_instance(0, 0, s, o, v) for s in scalings for o in GM.OUT_DTYPES
                       for v in (False, True)})
     if not a.no_compile:
-        with cf.ProcessPoolExecutor(min(16, len(insts)), mp_context=mp.get_context("spawn")) as ex:
-            list(ex.map(gpu_ab._compile, [(name, defs, i) for i in insts]))
+        gpu_ab.compile_all([(name, defs, i) for i in insts])
         print(f"build {name}: compiled {len(insts)} instances", flush=True)
     gpu_ab.use(name, defs)
     GM.WIDE_TILES = "always"
