@@ -19,7 +19,9 @@
 # (every wide-tile case, or only $ISOLATE_SCALING's; ISOLATE_SANITIZE=1: a build that faults is run
 # again under compute-sanitizer, 120 s, which names the instruction), after which the ab stages time
 # only the builds that passed (a kernel fault ends a process's CUDA context, and with it every
-# build's timing in that process); ncu-scales (90 per profile) ncu (--clock-control none: speed of
+# build's timing in that process; ISOLATE_BUILDS, when set, names the builds to check instead,
+# and the ab stages drop those of them that failed and keep every other build of $AB_BUILDS, e.g.
+# diagnostic builds whose results are wrong by design); ncu-scales (90 per profile) ncu (--clock-control none: speed of
 # light, warp states, schedulers, pipes, instructions) of one e4m3 GEMM with per-tensor and with
 # block scales on the same 256-wide tiles, at each of $NCU_SHAPES (default
 # 8192x8192x8192,65536x1024x1024). Patches under test are applied to the tree before the call.
@@ -104,11 +106,11 @@ for arg in "$@"; do
     isolate|ab|ab-reversed)
                  builds=${AB_BUILDS:?"isolate and ab need AB_BUILDS, e.g. 'old=WG_X=0;new='"}
                  ;;&
-    isolate)     passed=""
-                 for b in $(printf '%s\n' "$builds" | tr ';' ' '); do
+    isolate)     passed="" failed=" "
+                 for b in $(printf '%s\n' "${ISOLATE_BUILDS:-$builds}" | tr ';' ' '); do
                    run_stage "isolate ${b%%=*}" "${limit:-90}" python3 benchmarks/gpu_isolate.py \
                      "$b" ${ISOLATE_SCALING:+--scaling "$ISOLATE_SCALING"}
-                   [ "$stage_rc" = 0 ] && passed=${passed:+$passed;}$b
+                   if [ "$stage_rc" = 0 ]; then passed=${passed:+$passed;}$b; else failed="$failed${b%%=*} "; fi
                    if [ "$stage_rc" = 3 ] && [ "${ISOLATE_SANITIZE:-0}" = 1 ]; then   # where?
                      san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
                      run_stage "sanitize ${b%%=*}" "${limit:-120}" "$san" --print-limit 4 \
@@ -117,6 +119,12 @@ for arg in "$@"; do
                    fi
                  done
                  echo "== isolate: builds passed: ${passed:-none}" | tee -a "$log"
+                 if [ -n "${ISOLATE_BUILDS:-}" ]; then   # every build of AB_BUILDS not failed here
+                   passed=""
+                   for b in $(printf '%s\n' "$builds" | tr ';' ' '); do
+                     case "$failed" in *" ${b%%=*} "*) ;; *) passed=${passed:+$passed;}$b ;; esac
+                   done
+                 fi
                  AB_BUILDS=$passed
                  [ -n "$passed" ] || AB_BUILDS=";" ;;   # no build left: the ab stages skip
     ab|ab-reversed)
