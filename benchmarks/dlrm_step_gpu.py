@@ -108,10 +108,9 @@ def _need():
     if not ok:
         return f"no usable GPU: {why}"
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         return "torch is needed for the bf16 cuBLAS baseline (pip install torch)"
-    import torch
 
     if not torch.cuda.is_available():
         return "torch sees no CUDA device"

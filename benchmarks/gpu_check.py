@@ -158,7 +158,6 @@ def bench_codecs(rng, res):
         rows.append((f"encode f32->{f} [stochastic]", 5 * n / tt, None))
     xb = cp.asarray(rng.standard_normal(n // 2)).astype(cp.float16)
     rows.append(("encode f16->e4m3", 3 * xb.size / timeit(lambda: G.encode(xb, "e4m3")), None))
-    c = G.encode(x, "e4m3")
     for f in ("e4m3", "e5m2", "hif8"):
         cf = G.encode(x, f)
         rows.append((f"decode {f}->f32", 5 * n / timeit(lambda: G.decode(cf, f)), None))
