@@ -4,7 +4,9 @@
         [--shapes 65536x1024x1024,8192x8192x8192] [--cases e4m3,blk,grouped] [--rounds 3] [--graph]
 
 A build is a name and the ``#define`` pairs it adds in front of the tree's source
-(``name=A=1,B=2``); the build named ``saved`` compiles gpu/gemm_wgmma_ab.cu instead (an earlier
+(``name=A=1,B=2``); a pair whose name starts with ``@`` is a host setting instead, an attribute of
+``fp8lab.gpu.gemm`` set while that build runs (``b192=@WIDE_FP8=192``: the same kernels, FP8 wide
+tiles 192 wide; digits give an int, anything else a string); the build named ``saved`` compiles gpu/gemm_wgmma_ab.cu instead (an earlier
 source with the same kernel arguments, e.g. ``git show REV:gpu/gemm_wgmma.cu >
 gpu/gemm_wgmma_ab.cu``; left untracked it travels to the device with the tree; delete it
 afterwards: the nvcc test compiles every gpu/*.cu). Cases: ``e4m3`` (NT, per-tensor), ``blk``
@@ -46,8 +48,8 @@ def parse_builds(text: str) -> dict:
         pairs = []
         for d in filter(None, defs.split(",")):
             k, eq, v = d.partition("=")
-            if not eq or not k.isidentifier():
-                raise ValueError(f"a define is NAME=VALUE, got {d!r} in build {name!r}")
+            if not eq or not k.removeprefix("@").isidentifier():
+                raise ValueError(f"a define is NAME=VALUE (a host setting @NAME=VALUE), got {d!r} in build {name!r}")
             pairs.append((k, v))
         builds[name] = tuple(pairs)
     if not builds:
@@ -59,10 +61,15 @@ def _file(name: str) -> str:
     return "gemm_wgmma_ab.cu" if name == "saved" else "gemm_wgmma.cu"
 
 
+def device_defs(defs: tuple) -> tuple:
+    """A build's ``#define`` pairs, without its host settings."""
+    return tuple((k, v) for k, v in defs if not k.startswith("@"))
+
+
 def _compile(job):
     from fp8lab.gpu import _loader
     name, defs, inst = job
-    _loader.kernel(_file(name), inst, defs)
+    _loader.kernel(_file(name), inst, device_defs(defs))
 
 
 def compile_all(jobs) -> None:
@@ -80,6 +87,15 @@ def use(build: str, defs: tuple):
         _KERNEL, _QA_NB = GM._loader.kernel, GM._QA_NB
     GM._forget_plans()   # every plan cache: a plan holds the kernel of the build it was made under
     GM._QA_NB = int(dict(defs).get("QA_NB", _QA_NB))   # the host's mirror of the build's QA_NB
+    host = {k[1:]: int(v) if v.isdigit() else v for k, v in defs if k.startswith("@")}
+    for k in set(_HOST_SAVED) - set(host):   # settings of an earlier build back to the tree's
+        setattr(GM, k, _HOST_SAVED.pop(k))
+    for k, v in host.items():
+        if not hasattr(GM, k):
+            raise SystemExit(f"build {build!r}: fp8lab.gpu.gemm has no setting {k!r}")
+        _HOST_SAVED.setdefault(k, getattr(GM, k))
+        setattr(GM, k, v)
+    defs = device_defs(defs)
 
     def kernel(f, i, *d):
         if f == "gemm_wgmma.cu" and i.startswith("gemm_wgmma<"):
@@ -181,6 +197,7 @@ def main(argv=None):
 
 _KERNEL = _QA_NB = None
 FETCHED: dict = {}   # build -> gemm_wgmma kernels fetched under it (each timed call must fetch)
+_HOST_SAVED: dict = {}   # host setting -> the tree's value, while a build has it changed
 
 if __name__ == "__main__":
     raise SystemExit(main())

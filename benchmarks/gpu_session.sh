@@ -9,8 +9,8 @@
 # tests/test_gpu_gemm.py; grouped (150) gpu_gemm.py --grouped; fused (300) tests/test_gpu_fused.py;
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
 # shapes; gemm-bench (300) gpu_gemm.py --bench; wide-check (200) gpu_gemm.py --check --wide always
-# (every case on wide tiles, then wide against 128-wide); wide256-check (150) the same comparison
-# only, with 256-wide FP8 tiles; variants (300) gpu_gemm.py --variants at $VARIANT_SHAPES (default
+# (every case on wide tiles, then wide against 128-wide); wide256-check, wide192-check (150 each)
+# the same comparison only, with 256- or 192-wide FP8 tiles; variants (300) gpu_gemm.py --variants at $VARIANT_SHAPES (default
 # 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200) gpu_ab.py --builds
 # "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES" (default
 # 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (200) the same with
@@ -39,7 +39,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.:benchmarks
-STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check variants check isolate ab ab-reversed ncu-scales"
+STAGES="quantize gemm grouped fused fused-check fused-bench gemm-bench wide-check wide256-check wide192-check variants check isolate ab ab-reversed ncu-scales"
 for arg in "$@"; do
   case " $STAGES " in
     *" ${arg%%:*} "*) ;;
@@ -102,6 +102,7 @@ for arg in "$@"; do
     gemm-bench)  run_stage "$name" "${limit:-300}" python3 benchmarks/gpu_gemm.py --bench ;;
     wide-check)  run_stage "$name" "${limit:-200}" python3 benchmarks/gpu_gemm.py --check --wide always ;;
     wide256-check) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_gemm.py --check --wide always --wide-fp8 256 --wide-only ;;
+    wide192-check) run_stage "$name" "${limit:-150}" python3 benchmarks/gpu_gemm.py --check --wide always --wide-fp8 192 --wide-only ;;
     check)       run_stage "$name" "${limit:-120}" python3 benchmarks/gpu_gemm.py --check ;;
     isolate|ab|ab-reversed)
                  builds=${AB_BUILDS:?"isolate and ab need AB_BUILDS, e.g. 'old=WG_X=0;new='"}

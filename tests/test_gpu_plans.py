@@ -164,6 +164,33 @@ def test_forget_plans_drops_every_cache_that_holds_a_kernel(monkeypatch):
     assert {n: len(getattr(GM, n)) for n in caches} == {n: 0 for n in caches}
 
 
+def test_ab_host_settings_apply_per_build_and_never_reach_the_defines(monkeypatch):
+    # gpu_ab.py times builds side by side; a host setting (@NAME=VALUE) left over from one build
+    # would silently change what the next build is timed on
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_ab
+    monkeypatch.setattr(gpu_ab, "_HOST_SAVED", {})
+    monkeypatch.setattr(GM, "WIDE_FP8", "auto")
+    monkeypatch.setattr(GM, "WIDE_TILES", "auto")
+    monkeypatch.setattr(GM._loader, "kernel", GM._loader.kernel)   # use() reroutes it
+    monkeypatch.setattr(gpu_ab, "_KERNEL", None)
+    monkeypatch.setattr(gpu_ab, "_QA_NB", None)
+    monkeypatch.setattr(GM, "_QA_NB", GM._QA_NB)
+    builds = gpu_ab.parse_builds("base=WG_X=0;w=@WIDE_FP8=192,WG_X=1;t=@WIDE_TILES=always")
+    assert gpu_ab.device_defs(builds["w"]) == (("WG_X", "1"),)
+    seen = []
+    for name in ("w", "t", "base", "w"):
+        gpu_ab.use(name, builds[name])
+        seen.append((GM.WIDE_FP8, GM.WIDE_TILES))
+    assert seen == [(192, "auto"), ("auto", "always"), ("auto", "auto"), (192, "auto")]
+    with pytest.raises(SystemExit, match="no setting 'NOPE'"):
+        gpu_ab.use("bad", gpu_ab.parse_builds("bad=@NOPE=1")["bad"])
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        gpu_ab.parse_builds("bad=@=1")
+
+
 class _HalfToFloatLikeTheDevice:
     """NumPy, but widening float16 as the device's cvt.f32.f16 does: a NaN loses its sign."""
 
