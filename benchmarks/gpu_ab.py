@@ -6,8 +6,9 @@
 A build is a name and the ``#define`` pairs it adds in front of the tree's source
 (``name=A=1,B=2``); a pair whose name starts with ``@`` is a host setting instead, an attribute of
 ``fp8lab.gpu.gemm`` set while that build runs (``b192=@WIDE_FP8=192``: the same kernels, FP8 wide
-tiles 192 wide; digits give an int, anything else a string); the build named ``saved`` compiles gpu/gemm_wgmma_ab.cu instead (an earlier
-source with the same kernel arguments, e.g. ``git show REV:gpu/gemm_wgmma.cu >
+tiles 192 wide; digits give an int, anything else a string); the build named ``saved`` compiles
+gpu/gemm_wgmma_ab.cu instead (an earlier source with the same kernel arguments, e.g. ``git show
+REV:gpu/gemm_wgmma.cu >
 gpu/gemm_wgmma_ab.cu``; left untracked it travels to the device with the tree; delete it
 afterwards: the nvcc test compiles every gpu/*.cu). Cases: ``e4m3`` (NT, per-tensor), ``blk``
 (e4m3, block scales), ``grouped`` (64 GEMMs of the shape in one launch, per-tensor; cuBLASLt then
@@ -49,7 +50,8 @@ def parse_builds(text: str) -> dict:
         for d in filter(None, defs.split(",")):
             k, eq, v = d.partition("=")
             if not eq or not k.removeprefix("@").isidentifier():
-                raise ValueError(f"a define is NAME=VALUE (a host setting @NAME=VALUE), got {d!r} in build {name!r}")
+                raise ValueError(f"a define is NAME=VALUE (a host setting @NAME=VALUE), got {d!r} "
+                                 f"in build {name!r}")
             pairs.append((k, v))
         builds[name] = tuple(pairs)
     if not builds:

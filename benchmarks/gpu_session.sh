@@ -10,25 +10,25 @@
 # fused-check (300) gpu_fused.py --check; fused-bench (150) gpu_fused.py --bench at the issue's
 # shapes; gemm-bench (300) gpu_gemm.py --bench; wide-check (200) gpu_gemm.py --check --wide always
 # (every case on wide tiles, then wide against 128-wide); wide256-check, wide192-check (150 each)
-# the same comparison only, with 256- or 192-wide FP8 tiles; variants (300) gpu_gemm.py --variants at $VARIANT_SHAPES (default
-# 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab (200) gpu_ab.py --builds
-# "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES" (default
-# 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (200) the same with
-# the builds in reverse order (an order effect shows as a ratio that follows the position, not the
-# build); isolate (90 per build) gpu_isolate.py for each build of $AB_BUILDS in its own process
-# (every wide-tile case, or only $ISOLATE_SCALING's; ISOLATE_SANITIZE=1: a build that faults is run
-# again under compute-sanitizer, 120 s, which names the instruction), after which the ab stages time
-# only the builds that passed (a kernel fault ends a process's CUDA context, and with it every
-# build's timing in that process; ISOLATE_BUILDS, when set, names the builds to check instead,
+# the same comparison only, with 256- or 192-wide FP8 tiles; variants (300) gpu_gemm.py --variants
+# at $VARIANT_SHAPES (default 8192x8192x8192,65536x1024x1024); check (120) gpu_gemm.py --check; ab
+# (200) gpu_ab.py --builds "$AB_BUILDS" --cases "$AB_CASES" (default blk,e4m3) --shapes "$AB_SHAPES"
+# (default 8192x8192x8192,65536x1024x1024) --rounds "$AB_ROUNDS" (default 5); ab-reversed (200) the
+# same with the builds in reverse order (an order effect shows as a ratio that follows the position,
+# not the build); isolate (90 per build) gpu_isolate.py for each build of $AB_BUILDS in its own
+# process (every wide-tile case, or only $ISOLATE_SCALING's; ISOLATE_SANITIZE=1: a build that faults
+# is run again under compute-sanitizer, 120 s, which names the instruction), after which the ab
+# stages time only the builds that passed (a kernel fault ends a process's CUDA context, and with it
+# every build's timing in that process; ISOLATE_BUILDS, when set, names the builds to check instead,
 # and the ab stages drop those of them that failed and keep every other build of $AB_BUILDS, e.g.
-# diagnostic builds whose results are wrong by design); ncu-scales (90 per profile) ncu (--clock-control none: speed of
-# light, warp states, schedulers, pipes, instructions) of one e4m3 GEMM with per-tensor and with
-# block scales on the same 256-wide tiles, at each of $NCU_SHAPES (default
-# 8192x8192x8192,65536x1024x1024). Patches under test are applied to the tree before the call.
-# gemm_wgmma.cu's instances are compiled first in the background (gpu_warm.py); stages that launch
-# them wait for it with `wait` on its PID (never `pgrep -f`, which matches the shell running this
-# command's own text). WARM_S (default 240) bounds that compile; a fresh machine needs more when
-# most instances are still uncached.
+# diagnostic builds whose results are wrong by design); ncu-scales (90 per profile) ncu
+# (--clock-control none: speed of light, warp states, schedulers, pipes, instructions) of one e4m3
+# GEMM with per-tensor and with block scales on the same 256-wide tiles, at each of $NCU_SHAPES
+# (default 8192x8192x8192,65536x1024x1024). Patches under test are applied to the tree before the
+# call. gemm_wgmma.cu's instances are compiled first in the background (gpu_warm.py); stages that
+# launch them wait for it with `wait` on its PID (never `pgrep -f`, which matches the shell running
+# this command's own text). WARM_S (default 240) bounds that compile; a fresh machine needs more
+# when most instances are still uncached.
 #
 # The kernel cache lives in .cupycache/ (ignored by git) unless CUPY_CACHE_DIR says otherwise.
 # SAVE_CACHE=1 packs it into $OUT/cupycache.tgz.aa, .ab, ... (15 MB parts); put those parts in the
