@@ -87,6 +87,20 @@ def check(log, shapes=SHAPES, roundings=ROUNDINGS):
                 if dc or ds:
                     bad += 1
                     log(f"MISMATCH tiny/given {fmt} {kw.get('scaling')} {rounding}: codes {dc}, scales {ds}")
+    # float32 subnormal input (all below 2^-126): each code needs the input's own bits, which a
+    # kernel built to flush subnormals reads as zeros; scales computed (themselves subnormal) or given
+    for fmt in FORMATS:
+        x = (rng.standard_normal((257, 130)) * 2.0**-133).astype(np.float32)
+        for kw in (dict(scaling="tensor"), dict(scaling="block:32"),
+                   dict(scaling="tensor", scales=np.float32([[2.0**-140]]))):
+            for rounding, seed in ((None, None), ("toward_zero", None), ("stochastic", 7)):
+                ref = fp8lab.quantize(x, fmt, rounding=rounding, seed=seed, **kw)
+                dc, ds = _differences(quantize(cp.asarray(x), fmt, rounding=rounding, seed=seed, **kw), ref)
+                n += 1
+                if dc or ds:
+                    bad += 1
+                    log(f"MISMATCH subnormal {fmt} {kw.get('scaling')} given={'scales' in kw} {rounding}: "
+                        f"codes {dc}, scales {ds}")
     log(f"quantize check: {n} cases, {bad} with mismatches")
     return bad
 

@@ -111,6 +111,45 @@ def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
     assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
 
 
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_gemm_keeps_float32_subnormal_outputs(scaling):
+    """Scales so small that C lies below 2^-126: the products, promotions and scalings keep
+    float32 subnormals, as the CPU emulation does (a kernel built to flush them gives zeros)."""
+    import cupy as cp
+    import numpy as np
+
+    import fp8lab
+    from fp8lab import QTensor, Scaling
+    from fp8lab.gemm import gemm as cpu_gemm
+    from fp8lab.gpu.gemm import gemm
+
+    rng = np.random.default_rng(7)
+    M, N, K = 70, 130, 300
+    a = fp8lab.encode(rng.standard_normal((M, K)) * 4, "e4m3")
+    b = fp8lab.encode(rng.standard_normal((N, K)) * 4, "e4m3")
+    if scaling == "tensor":   # the scales' product, 1.25 x 2^-139, is itself subnormal
+        sa, sb = np.float32([[2.0**-70]]), np.float32([[2.0**-69 * 1.25]])
+        rec_a = rec_b = Scaling.per_tensor()
+        ga, gb = float(sa[0, 0]), float(sb[0, 0])
+    else:                     # each block's product of scales is itself subnormal
+        kb = -(-K // 128)
+        sa = (rng.uniform(0.5, 2, (M, kb)) * 2.0**-70).astype(np.float32)
+        sb = (rng.uniform(0.5, 2, (-(-N // 128), kb)) * 2.0**-66).astype(np.float32)
+        rec_a, rec_b = Scaling.parse("block:128"), Scaling.parse("tile:128")
+        ga, gb = cp.asarray(sa), cp.asarray(sb)
+    qa, qb = QTensor(a, sa, "e4m3", rec_a), QTensor(b, sb, "e4m3", rec_b)
+    exact = cpu_gemm(qa, qb, accumulate="exact", out_dtype=np.float64)
+    assert np.median(np.abs(exact)) < 2.0**-126 and np.abs(exact).max() > 2.0**-149 * 2**10
+    got = gemm(cp.asarray(a), cp.asarray(b), "e4m3", scale_a=ga, scale_b=gb, scaling=scaling).get()
+    mag = np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T
+    # the accumulation bound of the test above, plus the subnormal outputs' spacing (2^-149) for
+    # the output's rounding and each promotion's (K / 128 of them)
+    tol = ((K + 2) * 2.0**-24 + 2.0**-10) * mag + (K // 128 + 2) * 2.0**-149
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
+    big = np.abs(exact) > 2.0**-140
+    assert big.any() and np.all(got[big] != 0)
+
+
 def test_grouped_equals_separate_calls():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gpu_gemm

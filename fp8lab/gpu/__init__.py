@@ -1,9 +1,9 @@
 """GPU (CuPy) codecs and GEMMs.
 
 CUDA sources live in the package data folder ``gpu/`` and are compiled at run time by one loader
-(:mod:`fp8lab.gpu._loader`) through CuPy's NVRTC (``RawModule``), memoized per device and template
-instance. fp8lab itself never needs CuPy: :func:`available` says whether this module can run and,
-if not, why.
+(:mod:`fp8lab.gpu._loader`) with NVRTC (through CuPy's binding; float32 subnormals kept, never
+``-ftz=true``), cached on disk and memoized per device and template instance. fp8lab itself
+never needs CuPy: :func:`available` says whether this module can run and, if not, why.
 
 >>> import fp8lab.gpu
 >>> ok, reason = fp8lab.gpu.available()

@@ -2,21 +2,38 @@
 
 Reads ``<data_dir("gpu")>/<file>``, expands ``#include "x.cuh"`` of sibling headers (each with a
 ``#line`` directive, so compiler errors name the real file and line), prepends the ``#define`` s
-the caller derived from a format declaration, and compiles with NVRTC for sm_90a through
-``cupy.RawModule``. Modules are memoized per (device, file, defines, template instance).
+the caller derived from a format declaration, and compiles one template instance with NVRTC for
+sm_90a under :data:`OPTIONS`. The cubin and the instance's mangled name are kept on disk
+(:func:`cache_dir`) and loaded with ``cupy.RawModule(path=...)``; kernels are memoized per
+(device, file, defines, template instance).
+
+Why not ``cupy.RawModule(code=...)``: CuPy appends ``-ftz=true`` to the caller's NVRTC options,
+after them (NVRTC takes the last), so every float32 add, multiply, fma, comparison and widening to
+float64 would flush subnormal inputs and results to zero, where the CPU reference keeps them:
+scaled outputs below 2^-126, subnormal bfloat16 or float32 input at a tiny scale. fp8lab therefore
+drives NVRTC itself through CuPy's binding of it, with ``-ftz=false``.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import re
+import struct
+import tempfile
 import threading
+from pathlib import Path
 
 from ..formats import data_dir
 
-__all__ = ["source", "kernel", "format_defines", "OPTIONS"]
+__all__ = ["source", "kernel", "format_defines", "cache_dir", "OPTIONS"]
 
-OPTIONS = ("-arch=sm_90a", "-std=c++17")
+#: NVRTC options of every kernel: sm_90a (wgmma), C++17, IEEE float32 (subnormals kept; the other
+#: floating-point options are NVRTC's defaults: IEEE division and square root, fma contraction on),
+#: and device functions by default, as CuPy compiles them.
+OPTIONS = ("-arch=sm_90a", "-std=c++17", "-ftz=false", "--device-as-default-execution-space")
+_CACHE_FORMAT = "fp8lab-cubin-1"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _lock = threading.Lock()
 _modules: dict = {}
@@ -62,12 +79,83 @@ def kernel(file: str, instance: str, defines: tuple = ()):
     if k is not None:
         return k
     head = "".join(f"#define {n} {v}\n" for n, v in defines)
-    code = head + source(file)
-    mod = cupy.RawModule(code=code, options=OPTIONS, name_expressions=(instance,))
-    k = mod.get_function(instance)
+    path, lowered = compile_instance(head + source(file), instance)
+    k = cupy.RawModule(path=str(path)).get_function(lowered)
     with _lock:
         _modules[key] = k
     return k
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``$FP8LAB_KERNEL_CACHE``, else ``fp8lab/`` inside CuPy's
+    kernel cache (``$CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``)."""
+    own = os.environ.get("FP8LAB_KERNEL_CACHE")
+    if own:
+        return Path(own)
+    return Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache") / "fp8lab"
+
+
+def compile_instance(code: str, instance: str) -> tuple[Path, str]:
+    """The cubin of template ``instance`` of ``code`` under :data:`OPTIONS`, and its mangled name:
+    from the cache when an entry for this code, instance, options and NVRTC version is there and
+    intact, else compiled with NVRTC and stored. Needs CuPy (its NVRTC binding), not a GPU."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as exc:
+        import cupy
+        raise ImportError(f"fp8lab compiles its kernels through CuPy's binding of NVRTC "
+                          f"(cupy_backends.cuda.libs.nvrtc), which CuPy {cupy.__version__} does not "
+                          f"have; install a CuPy of the 13 or 14 series") from exc
+
+    ident = "\0".join((_CACHE_FORMAT, repr(OPTIONS), repr(nvrtc.getVersion()), instance, code))
+    key = hashlib.sha256(ident.encode()).hexdigest()
+    where = cache_dir()
+    path, meta = where / f"{key}.cubin", where / f"{key}.name"
+    if path.is_file() and meta.is_file():   # meta holds the name and the cubin's digest
+        lowered, _, digest = meta.read_text().partition("\n")
+        if digest == hashlib.sha256(path.read_bytes()).hexdigest():
+            return path, lowered
+    prog = nvrtc.createProgram(code, "fp8lab.cu", (), ())
+    try:
+        nvrtc.addNameExpression(prog, instance)
+        try:
+            nvrtc.compileProgram(prog, OPTIONS)
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC could not compile {instance}:\n{nvrtc.getProgramLog(prog)}") from exc
+        cubin = whole_elf(nvrtc.getCUBIN(prog))
+        lowered = nvrtc.getLoweredName(prog, instance)
+    finally:
+        nvrtc.destroyProgram(prog)
+    where.mkdir(parents=True, exist_ok=True)
+    _write(path, cubin)   # the cubin first: an entry counts once its name and digest are there
+    _write(meta, f"{lowered}\n{hashlib.sha256(cubin).hexdigest()}".encode())
+    return path, lowered
+
+
+def whole_elf(data: bytes) -> bytes:
+    """``data`` with zeros appended up to the end its 64-bit ELF header declares (the end of its
+    program and section header tables). CuPy's binding of ``nvrtcGetCUBIN`` returns one byte less
+    than NVRTC wrote, as it does for the NUL that ends a PTX string; in a cubin that byte is the
+    high byte of the last header's 8-byte field, a zero. Loaded from memory, the byte after a
+    Python ``bytes`` object is its own terminating zero; loaded from a file, it must be there."""
+    if len(data) < 64 or data[:5] != b"\x7fELF\x02":
+        return data
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    return data + b"\0" * (end - len(data)) if 0 < end - len(data) <= 8 else data
+
+
+def _write(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` all at once (a temporary file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 @functools.lru_cache(maxsize=None)

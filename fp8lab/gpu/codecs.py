@@ -12,6 +12,8 @@ with ``bfloat16=True`` (CuPy has no bfloat16 dtype); any object exporting DLPack
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _kernels as K
@@ -67,6 +69,44 @@ def _widen_float16(x, xp):
     sign = (x.view(xp.uint16) >> 15).astype(xp.uint32) << 31
     xp.bitwise_or(bits, sign, out=bits)
     return y
+
+
+# CuPy compiles its own elementwise and reduction kernels with -ftz=true, so any float32
+# arithmetic, comparison or widening in them reads a subnormal as zero. The helpers below touch
+# float32 values only through their bits (and float64 arithmetic, which -ftz leaves alone).
+_F32_PREAMBLE = r"""
+__device__ double fp8lab_widen(unsigned int u) {   // float32 bits -> the same value as float64
+    const unsigned int m = u & 0x7fffffffu, e = m >> 23;
+    const unsigned long long sign = (unsigned long long)(u >> 31) << 63;
+    if (e == 0)   // zero or subnormal: m units of 2^-149, exactly
+        return __longlong_as_double(__double_as_longlong((double)m * 1.401298464324817e-45) | sign);
+    const unsigned long long ex = e == 255 ? 2047ull : (unsigned long long)(e + 896);
+    return __longlong_as_double((long long)(sign | ex << 52 | (unsigned long long)(m & 0x7fffffu) << 29));
+}
+__device__ double fp8lab_finite_abs(float x) {
+    const unsigned int m = __float_as_uint(x) & 0x7fffffffu;
+    return m >= 0x7f800000u ? 0.0 : fp8lab_widen(m);
+}
+__device__ double fp8lab_finite_abs(double x) { return isfinite(x) ? fabs(x) : 0.0; }
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _widen_kernel():
+    cp = _cupy()
+    return cp.ElementwiseKernel("uint32 u", "float64 y", "y = fp8lab_widen(u)", "fp8lab_widen_f32",
+                                preamble=_F32_PREAMBLE)
+
+
+def _widen_float32(x, cp):
+    """A float32 CuPy array as float64, exactly, subnormals included (``astype`` flushes them)."""
+    return _widen_kernel()(cp.ascontiguousarray(x).view(cp.uint32))
+
+
+def _positive_finite(s, cp):
+    """Elementwise ``isfinite(s) & (s > 0)`` for float32 ``s``, on the bits (a subnormal counts)."""
+    bits = cp.ascontiguousarray(s).view(cp.int32)
+    return (bits > 0) & (bits < 0x7F800000)
 
 
 def _sm_count() -> int:

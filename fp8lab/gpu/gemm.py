@@ -967,6 +967,21 @@ def _fused_scale(s, name, check, cp):
 
 
 @functools.lru_cache(maxsize=None)
+def _composed_kernels():
+    """float32 ``y + b`` rounded once (``add.rn.f32``, subnormals kept) and ReLU on float32 bits
+    (below zero, -Inf included, to +0; -0 and NaN kept), for :func:`_fused_composed`."""
+    import cupy as cp
+    add = cp.ElementwiseKernel("float32 y, float32 b", "float32 z",
+                               'asm("add.rn.f32 %0, %1, %2;" : "=f"(z) : "f"(y), "f"(b));',
+                               "fp8lab_add_f32")
+    relu = cp.ElementwiseKernel("uint32 u", "uint32 v",
+                                "const unsigned int m = u & 0x7FFFFFFFu; "
+                                "v = (u >> 31) && m != 0u && m <= 0x7F800000u ? 0u : u;",
+                                "fp8lab_relu_bits")
+    return add, relu
+
+
+@functools.lru_cache(maxsize=None)
 def _bf16_kernel():
     import cupy as cp
     return cp.ElementwiseKernel(
@@ -1247,17 +1262,21 @@ def _fused_composed(a, b, fa, fb, kind, sa, sb, bias, relu, out_dtype, fo, so, s
         codes = cast_transpose(x32, fa, sa, rounding="nearest_even", saturate=sat_a, transpose=False,
                                amax=amax_a, check=False).q.codes
     y = gemm(codes, b, fa.name, fb.name, scale_a=sa, scale_b=sb, out_dtype="float32")
+    # CuPy's own float32 kernels flush subnormals (-ftz=true): the add is written in PTX, ReLU and
+    # the maximum work on the bits
+    add, relu_bits = _composed_kernels()
     if bias is not None:
-        y += bias[None, :]
+        y = add(y, bias[None, :])
     if relu:
-        y = cp.where(y < 0, cp.float32(0), y)
+        y = relu_bits(y.view(cp.uint32)).view(cp.float32)
     if fo is not None:
         out[...] = cast_transpose(y, fo, so, rounding="nearest_even", saturate=sat_o, transpose=False,
                                   amax=amax_out, check=False).q.codes
         return out
-    if amax_out is not None and y.size:
-        m = cp.max(cp.where(cp.isfinite(y), cp.abs(y), cp.float32(0)))
-        cp.maximum(amax_out, m, out=amax_out)
+    if amax_out is not None and y.size:   # finite |y| ordered as bits; amax_out is non-negative
+        mag = y.view(cp.uint32) & np.uint32(0x7FFFFFFF)
+        m = cp.where(mag < np.uint32(0x7F800000), mag, np.uint32(0)).max()
+        cp.maximum(amax_out.view(cp.uint32), m, out=amax_out.view(cp.uint32))
     if out_dtype == "bfloat16":
         out[...] = _to_bf16_bits(y, cp)
     else:

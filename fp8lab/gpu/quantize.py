@@ -149,12 +149,14 @@ def scales_from_amax(amax, fmt, scaling=None):
 
 def _absmax_kernel(cp):
     """max over finite |x| as float64 (exact: |x| and the widening are exact, a maximum never
-    rounds; Inf/NaN count as 0, as in the CPU's block maxima)."""
+    rounds; Inf/NaN count as 0, as in the CPU's block maxima; float32 |x| widened from its bits,
+    subnormals included, see codecs._F32_PREAMBLE)."""
+    from .codecs import _F32_PREAMBLE
     k = _kernels.get("absmax")
     if k is None:
         k = _kernels["absmax"] = cp.ReductionKernel(
-            "T x", "float64 y", "isfinite(x) ? fabs((double)x) : 0.0", "max(a, b)", "y = a", "0.0",
-            "fp8lab_finite_absmax", reduce_type="double")
+            "T x", "float64 y", "fp8lab_finite_abs(x)", "max(a, b)", "y = a", "0.0",
+            "fp8lab_finite_absmax", reduce_type="double", preamble=_F32_PREAMBLE)
     return k
 
 
@@ -176,8 +178,12 @@ def _block_amax(cp, x3, P, nbR, BR, nbC, BC):
 
 def _composed_amax(cp, x3, P, R, C, BR, BC, nbR, nbC):
     """(P, nbR, nbC) float64 block maxima of finite |x| for any geometry (ragged blocks padded)."""
-    a = cp.abs(x3)
-    a = cp.where(cp.isfinite(a), a, 0).astype(cp.float64)
+    from .codecs import _F32_PREAMBLE
+    k = _kernels.get("finite_abs")
+    if k is None:
+        k = _kernels["finite_abs"] = cp.ElementwiseKernel(
+            "T x", "float64 y", "y = fp8lab_finite_abs(x)", "fp8lab_finite_abs", preamble=_F32_PREAMBLE)
+    a = k(x3)
     if (nbR * BR, nbC * BC) != (R, C):
         pad = cp.zeros((P, nbR * BR, nbC * BC), cp.float64)
         pad[:, :R, :C] = a
@@ -191,7 +197,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     import cupy as cp
 
     from ..qtensor import _geometry, _resolve_call
-    from .codecs import _as_cupy, _device_table, encode, _widen_float16
+    from .codecs import _as_cupy, _device_table, encode, _positive_finite, _widen_float16, _widen_float32
 
     f, sc, delayed, mode, saturate = _resolve_call(fmt, scaling, rounding, saturate, seed)
     x = _as_cupy(x)
@@ -218,7 +224,7 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
                                           np.float32))
             if s_dev.shape != tuple(sshape):
                 raise ValueError(f"scales must have shape {tuple(sshape)}, got {s_dev.shape}")
-            if not bool(cp.all(cp.isfinite(s_dev) & (s_dev > 0))):
+            if not bool(cp.all(_positive_finite(s_dev, cp))):
                 raise ValueError("scales must be finite and > 0")
             codes, s = _fused_cast(cp, x32, f, sc, mode, bool(saturate), geom,
                                    scales=cp.ascontiguousarray(s_dev).reshape(-1))
@@ -241,12 +247,14 @@ def quantize(x, fmt, *, scaling=None, rounding=None, saturate=None, seed=None, s
     else:
         amax = _composed_amax(cp, x3, P, R, C, BR, BC, nbR, nbC)
         s_host = compute_scale(amax.get(), f, sc)
-    S = cp.asarray(np.ascontiguousarray(s_host, np.float32)).reshape(P, nbR, nbC).astype(cp.float64)
+    # float32 widened on the host or from its bits: CuPy's astype would flush subnormals
+    S = cp.asarray(np.ascontiguousarray(s_host, np.float32).astype(np.float64)).reshape(P, nbR, nbC)
+    x64 = _widen_float32(x3, cp) if x3.dtype == cp.float32 else x3.astype(cp.float64)
     if nbR == 1 and nbC == 1:
-        q = x3.astype(cp.float64) / S.reshape(P, 1, 1)
+        q = x64 / S.reshape(P, 1, 1)
     else:
         s_el = S[:, cp.arange(R) // BR][:, :, cp.arange(C) // BC]
-        q = x3.astype(cp.float64) / s_el
+        q = x64 / s_el
     # a NaN quotient takes x's sign, as on the CPU (GPU arithmetic returns NaN without it)
     nans = _device_table(("nan64",), lambda: np.array([0x7FF8000000000000, 0xFFF8000000000000],
                                                       np.uint64)).view(cp.float64)
@@ -274,12 +282,13 @@ def _device_scale(cp, scale, check: bool, name: str = "scale", host=None):
     """A (1,) float32 CuPy array holding the per-tensor scale (validated unless ``check`` is
     False for a device array, which would need a host round trip). ``host``: how a validated
     host number becomes a device array (default a new one)."""
+    from .codecs import _positive_finite
     if isinstance(scale, cp.ndarray):
         if scale.dtype != cp.float32 or scale.size != 1:
             raise TypeError(f"{name} as a CuPy array must be float32 with one element, got {scale.dtype} "
                             f"of shape {scale.shape}")
         s = cp.ascontiguousarray(scale).reshape(1)
-        if check and not bool(cp.isfinite(s[0]) & (s[0] > 0)):
+        if check and not bool(_positive_finite(s, cp)[0]):
             raise ValueError(f"{name} must be finite and > 0, got {float(s[0].get())}")
         return s
     try:
