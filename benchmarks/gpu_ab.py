@@ -63,6 +63,15 @@ def _file(name: str) -> str:
     return "gemm_wgmma_ab.cu" if name == "saved" else "gemm_wgmma.cu"
 
 
+def instances(cases) -> list:
+    """The gemm_wgmma instances the cases can launch (every tile width; both fused routes)."""
+    import fp8lab.gpu.gemm as GM
+    return sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases if c not in _FUSED
+                   for bn in (128,) + GM._wide_widths(1)}
+                  | {GM._fused_instance(0, 0, "bfloat16", q) for c in cases if c in _FUSED
+                     for q in (1, 1 + GM._QA_ONCE)})
+
+
 def device_defs(defs: tuple) -> tuple:
     """A build's ``#define`` pairs, without its host settings."""
     return tuple((k, v) for k, v in defs if not k.startswith("@"))
@@ -131,9 +140,7 @@ def main(argv=None):
     from gpu_gemm import _codes, _cublaslt, _make_scales, _timeit
     from gpu_fused import _graph_time, bf16_input, torch_cast_mm
     timeit = (lambda fn: _graph_time(cp, torch, fn, reps=10, n=10)) if a.graph else (lambda fn: _timeit(cp, fn))
-    insts = sorted({GM._wg_instance(0, 0, _CASES[c], "bfloat16", bn=bn) for c in cases if c not in _FUSED
-                    for bn in (128,) + GM._wide_widths(1)}
-                   | {GM._fused_instance(0, 0, "bfloat16", q) for c in cases if c in _FUSED for q in (1, 1 + GM._QA_ONCE)})
+    insts = instances(cases)
     jobs = [(n, d, i) for n, d in builds.items() for i in insts]
     compile_all(jobs)
     print(f"compiled {len(jobs)} instances ({len(builds)} builds)", flush=True)

@@ -54,7 +54,7 @@ t_start=$(date +%s)
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.cupycache}
 mkdir -p "$CUPY_CACHE_DIR"
 if compgen -G ".cupycache.tgz.*" > /dev/null; then
-  cat .cupycache.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR" && echo "gpu_session: unpacked $(ls "$CUPY_CACHE_DIR" | wc -l) cached kernels"
+  cat .cupycache.tgz.* | tar xzf - -C "$CUPY_CACHE_DIR" && echo "gpu_session: unpacked $(find "$CUPY_CACHE_DIR" -name "*.cubin" | wc -l) cached kernels"
 fi
 
 timeout "${WARM_S:-240}" python3 benchmarks/gpu_warm.py --jobs "$(nproc)" > "$OUT/warm.log" 2>&1 &
@@ -155,6 +155,6 @@ done
 [ $warmed = 1 ] || kill "$warm_pid" 2>/dev/null
 if [ "${SAVE_CACHE:-0}" = 1 ]; then
   tar czf - -C "$CUPY_CACHE_DIR" . | split -b 15m - "$OUT/cupycache.tgz."
-  echo "gpu_session: saved $(ls "$CUPY_CACHE_DIR" | wc -l) cached kernels in $(ls "$OUT"/cupycache.tgz.* | wc -l) parts"
+  echo "gpu_session: saved $(find "$CUPY_CACHE_DIR" -name "*.cubin" | wc -l) cached kernels in $(ls "$OUT"/cupycache.tgz.* | wc -l) parts"
 fi
 exit 0

@@ -93,6 +93,17 @@ def test_compiles_once_then_reads_the_cache(fake, tmp_path):
     assert len(fake.compiled) == 3
 
 
+def test_the_key_ignores_where_the_sources_lie(fake):
+    # a cache built on one machine (sources under one path) serves another (another path)
+    here = '#line 1 "/home/a/fp8lab/gpu/k.cu"\n' + CODE
+    there = '#line 1 "/opt/x/site-packages/fp8lab/gpu/k.cu"\n' + CODE
+    elsewhere = '#line 1 "/opt/x/site-packages/fp8lab/gpu/other.cu"\n' + CODE
+    assert _loader.compile_instance(here, "k") == _loader.compile_instance(there, "k")
+    assert len(fake.compiled) == 1
+    _loader.compile_instance(elsewhere, "k")   # another file name is another source
+    assert len(fake.compiled) == 2
+
+
 def test_a_damaged_cache_entry_is_compiled_again(fake):
     path, _ = _loader.compile_instance(CODE, "k")
     path.write_bytes(b"\x7fELF truncated")

@@ -35,6 +35,7 @@ __all__ = ["source", "kernel", "format_defines", "cache_dir", "OPTIONS"]
 OPTIONS = ("-arch=sm_90a", "-std=c++17", "-ftz=false", "--device-as-default-execution-space")
 _CACHE_FORMAT = "fp8lab-cubin-1"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+_LINE_PATH = re.compile(r'^#line (\d+) "(?:[^"]*/)?([^"/]*)"$', re.M)
 _lock = threading.Lock()
 _modules: dict = {}
 
@@ -107,7 +108,10 @@ def compile_instance(code: str, instance: str) -> tuple[Path, str]:
                           f"(cupy_backends.cuda.libs.nvrtc), which CuPy {cupy.__version__} does not "
                           f"have; install a CuPy of the 13 or 14 series") from exc
 
-    ident = "\0".join((_CACHE_FORMAT, repr(OPTIONS), repr(nvrtc.getVersion()), instance, code))
+    # the key ignores where the sources lie (the #line paths): a cache built on one machine serves
+    # another with the same sources
+    ident = "\0".join((_CACHE_FORMAT, repr(OPTIONS), repr(nvrtc.getVersion()), instance,
+                       _LINE_PATH.sub(r'#line \1 "\2"', code)))
     key = hashlib.sha256(ident.encode()).hexdigest()
     where = cache_dir()
     path, meta = where / f"{key}.cubin", where / f"{key}.name"
