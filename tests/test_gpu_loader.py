@@ -74,6 +74,31 @@ def fake(monkeypatch, tmp_path):
     return nv
 
 
+def test_kernel_loads_the_cached_cubin_by_its_mangled_name(fake, monkeypatch):
+    loaded = []
+
+    class RawModule:   # cupy.RawModule(path=...): what kernel() hands the cubin to
+        def __init__(self, *, path):
+            self.path = path
+
+        def get_function(self, name):
+            loaded.append((self.path, name))
+            return ("kernel", name)
+
+    cupy = types.ModuleType("cupy")
+    cupy.RawModule = RawModule
+    cupy.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(_loader, "_modules", {})
+    defines = (("FMT_E_LOW", -9),)
+    k = _loader.kernel("quantize.cu", "fp8_scales<1>", defines)
+    assert k == ("kernel", "_Z1kPf") and len(fake.compiled) == 1
+    path, name = loaded[0]
+    assert name == "_Z1kPf" and path.endswith(".cubin") and path.startswith(str(_loader.cache_dir()))
+    assert _loader.kernel("quantize.cu", "fp8_scales<1>", defines) is k   # memoized in the process
+    assert len(fake.compiled) == 1 and len(loaded) == 1
+
+
 def test_options_keep_float32_subnormals():
     assert "-ftz=false" in _loader.OPTIONS and "-ftz=true" not in _loader.OPTIONS
     assert "-arch=sm_90a" in _loader.OPTIONS
