@@ -321,7 +321,7 @@ def bench_variants(log, shapes=((8192, 8192, 8192), (65536, 1024, 1024), (8192, 
     return bad
 
 
-def check_wide(log, shapes=((303, 300, 1000), (129, 257, 130), (1, 1, 1), (300, 264, 520), (640, 456, 700))):
+def check_wide(log, shapes=WIDE_SHAPES + ((640, 456, 700),)):
     """Wide CTA tiles (``WIDE_TILES="always"``) against 128-wide ones on the same inputs, NT and NN,
     every scaling and out dtype. FP8 pairs must agree bit for bit (the same
     additions per element); the f16 path accumulates in another order, so its difference is

@@ -31,8 +31,7 @@ def _compile(job):
     inst, defs, compile_only = job
     t0 = time.perf_counter()
     if compile_only:
-        head = "".join(f"#define {n} {v}\n" for n, v in defs)
-        _loader.compile_instance(head + _loader.source("gemm_wgmma.cu"), inst)
+        _loader.compile_instance(_loader.code("gemm_wgmma.cu", defs), inst)
     else:
         _loader.kernel("gemm_wgmma.cu", inst, defs)
     return inst, time.perf_counter() - t0

@@ -74,11 +74,12 @@ def test_dispatcher_names_the_kernel():
         GM.gemm(a, a, "e4m3", kernel="cutlass")
 
 
-@pytest.mark.parametrize("fa,fb,scaling", [("e4m3", "e4m3", "tensor"), ("e5m2", "e4m3", "block"),
-                                           ("hif8", "hif8", "tensor"), ("hif8", "e4m3", "block")])
-def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
-    """GPU C vs fp8lab.gemm(accumulate="exact") (exact products, exact sum, one rounding), within
-    the fp32 accumulation bound; FP8 tensor cores get the documented 2^-10 allowance."""
+def _against_exact(rng, fa, fb, scaling, unit_a=1.0, unit_b=1.0, M=70, N=130, K=300):
+    """GPU C and fp8lab.gemm(accumulate="exact") (exact products, exact sum, one rounding) of the
+    same codes and scales, and the float32 accumulation bound between them: FP8 tensor cores get
+    the documented 2^-10 allowance, and each of the output's and the K / 128 promotions' roundings
+    one float32 subnormal spacing (they matter only where C is subnormal). Scales: 0.75 / 1.5
+    (tensor) or uniform in [0.5, 2) per block (block), times ``unit_a`` / ``unit_b``."""
     import cupy as cp
     import numpy as np
 
@@ -87,18 +88,16 @@ def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
     from fp8lab.gemm import gemm as cpu_gemm
     from fp8lab.gpu.gemm import gemm
 
-    rng = np.random.default_rng(abs(hash((fa, fb, scaling))) % 2**32)
-    M, N, K = 70, 130, 300
     a = fp8lab.encode(rng.standard_normal((M, K)) * 4, fa)
     b = fp8lab.encode(rng.standard_normal((N, K)) * 4, fb)
     if scaling == "tensor":
-        sa, sb = np.float32([[0.75]]), np.float32([[1.5]])
+        sa, sb = np.float32([[0.75 * unit_a]]), np.float32([[1.5 * unit_b]])
         rec_a = rec_b = Scaling.per_tensor()
-        ga, gb = 0.75, 1.5
+        ga, gb = float(sa[0, 0]), float(sb[0, 0])
     else:
         kb = -(-K // 128)
-        sa = rng.uniform(0.5, 2, (M, kb)).astype(np.float32)
-        sb = rng.uniform(0.5, 2, (-(-N // 128), kb)).astype(np.float32)
+        sa = (rng.uniform(0.5, 2, (M, kb)) * unit_a).astype(np.float32)
+        sb = (rng.uniform(0.5, 2, (-(-N // 128), kb)) * unit_b).astype(np.float32)
         rec_a, rec_b = Scaling.parse("block:128"), Scaling.parse("tile:128")
         ga, gb = cp.asarray(sa), cp.asarray(sb)
     qa, qb = QTensor(a, sa, fa, rec_a), QTensor(b, sb, fb, rec_b)
@@ -106,47 +105,34 @@ def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
     got = gemm(cp.asarray(a), cp.asarray(b), fa, fb, scale_a=ga, scale_b=gb, scaling=scaling).get()
     mag = np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T
     fp8 = fa in ("e4m3", "e5m2") and fb in ("e4m3", "e5m2")
-    tol = ((K + 2) * 2.0**-24 + (2.0**-10 if fp8 else 0.0)) * mag
+    spacing = float(np.finfo(np.float32).smallest_subnormal)
+    tol = ((K + 2) * 2.0**-24 + (2.0**-10 if fp8 else 0.0)) * mag + (K // 128 + 2) * spacing
+    return got.astype(np.float64), exact, tol
+
+
+@pytest.mark.parametrize("fa,fb,scaling", [("e4m3", "e4m3", "tensor"), ("e5m2", "e4m3", "block"),
+                                           ("hif8", "hif8", "tensor"), ("hif8", "e4m3", "block")])
+def test_gemm_against_the_cpu_exact_emulation(fa, fb, scaling):
+    import numpy as np
+    rng = np.random.default_rng(abs(hash((fa, fb, scaling))) % 2**32)
+    got, exact, tol = _against_exact(rng, fa, fb, scaling)
     assert np.isfinite(got).all()
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
+    assert np.all(np.abs(got - exact) <= tol)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "block"])
 def test_gemm_keeps_float32_subnormal_outputs(scaling):
     """Scales so small that C lies below 2^-126: the products, promotions and scalings keep
-    float32 subnormals, as the CPU emulation does (a kernel built to flush them gives zeros)."""
-    import cupy as cp
+    float32 subnormals, as the CPU emulation does (a kernel built to flush them gives zeros).
+    Per tensor the scales' product (1.125 x 2^-139) is itself subnormal; per block each
+    block's is."""
     import numpy as np
-
-    import fp8lab
-    from fp8lab import QTensor, Scaling
-    from fp8lab.gemm import gemm as cpu_gemm
-    from fp8lab.gpu.gemm import gemm
-
-    rng = np.random.default_rng(7)
-    M, N, K = 70, 130, 300
-    a = fp8lab.encode(rng.standard_normal((M, K)) * 4, "e4m3")
-    b = fp8lab.encode(rng.standard_normal((N, K)) * 4, "e4m3")
-    if scaling == "tensor":   # the scales' product, 1.25 x 2^-139, is itself subnormal
-        sa, sb = np.float32([[2.0**-70]]), np.float32([[2.0**-69 * 1.25]])
-        rec_a = rec_b = Scaling.per_tensor()
-        ga, gb = float(sa[0, 0]), float(sb[0, 0])
-    else:                     # each block's product of scales is itself subnormal
-        kb = -(-K // 128)
-        sa = (rng.uniform(0.5, 2, (M, kb)) * 2.0**-70).astype(np.float32)
-        sb = (rng.uniform(0.5, 2, (-(-N // 128), kb)) * 2.0**-66).astype(np.float32)
-        rec_a, rec_b = Scaling.parse("block:128"), Scaling.parse("tile:128")
-        ga, gb = cp.asarray(sa), cp.asarray(sb)
-    qa, qb = QTensor(a, sa, "e4m3", rec_a), QTensor(b, sb, "e4m3", rec_b)
-    exact = cpu_gemm(qa, qb, accumulate="exact", out_dtype=np.float64)
-    assert np.median(np.abs(exact)) < 2.0**-126 and np.abs(exact).max() > 2.0**-149 * 2**10
-    got = gemm(cp.asarray(a), cp.asarray(b), "e4m3", scale_a=ga, scale_b=gb, scaling=scaling).get()
-    mag = np.abs(qa.dequantize(np.float64)) @ np.abs(qb.dequantize(np.float64)).T
-    # the accumulation bound of the test above, plus the subnormal outputs' spacing (2^-149) for
-    # the output's rounding and each promotion's (K / 128 of them)
-    tol = ((K + 2) * 2.0**-24 + 2.0**-10) * mag + (K // 128 + 2) * 2.0**-149
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
-    big = np.abs(exact) > 2.0**-140
+    units = (2.0**-70, 2.0**-69) if scaling == "tensor" else (2.0**-70, 2.0**-66)
+    got, exact, tol = _against_exact(np.random.default_rng(7), "e4m3", "e4m3", scaling, *units)
+    f32 = np.finfo(np.float32)
+    assert np.median(np.abs(exact)) < f32.tiny and np.abs(exact).max() > f32.smallest_subnormal * 2**10
+    assert np.all(np.abs(got - exact) <= tol)
+    big = np.abs(exact) > f32.smallest_subnormal * 2**9
     assert big.any() and np.all(got[big] != 0)
 
 

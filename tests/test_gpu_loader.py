@@ -21,7 +21,7 @@ def _elf(end: int, phoff: int = 64) -> bytes:
     head[:5] = b"\x7fELF\x02"
     struct.pack_into("<QQ", head, 0x20, phoff, 0)
     struct.pack_into("<HHHH", head, 0x36, 56, 1, 64, 0)
-    return bytes(head) + b"\x01" * (end - 64 - 56) + struct.pack("<QQQQQQQ", 0, 0, 0, 0, 0, 0, 8)[:56]
+    return bytes(head) + b"\x01" * (end - 64 - 56) + struct.pack("<7Q", 0, 0, 0, 0, 0, 0, 8)
 
 
 class FakeNVRTC(types.ModuleType):

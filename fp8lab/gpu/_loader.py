@@ -66,6 +66,11 @@ def _expand(name: str, stack: tuple) -> str:
     return "\n".join(out) + "\n"
 
 
+def code(file: str, defines: tuple = ()) -> str:
+    """The text NVRTC compiles for ``gpu/<file>``: ``defines`` as ``#define`` lines, then :func:`source`."""
+    return "".join(f"#define {n} {v}\n" for n, v in defines) + source(file)
+
+
 def kernel(file: str, instance: str, defines: tuple = ()):
     """The compiled ``cupy.RawKernel`` for template ``instance`` of ``gpu/<file>``.
 
@@ -79,8 +84,7 @@ def kernel(file: str, instance: str, defines: tuple = ()):
         k = _modules.get(key)
     if k is not None:
         return k
-    head = "".join(f"#define {n} {v}\n" for n, v in defines)
-    path, lowered = compile_instance(head + source(file), instance)
+    path, lowered = compile_instance(code(file, defines), instance)
     k = cupy.RawModule(path=str(path)).get_function(lowered)
     with _lock:
         _modules[key] = k
@@ -206,9 +210,8 @@ def emit(file: str, fmt: str = "e4m3", part: str = "0/1") -> str:
     if not 0 <= i < n:
         raise ValueError(f"part must be i/n with 0 <= i < n, got {part!r}")
     insts = getattr(importlib.import_module(modname), fn)()[i::n]
-    head = "".join(f"#define {n} {v}\n" for n, v in format_defines(get_format(fmt)))
     tail = "void* fp8lab_instances[] = {\n" + "".join(f"    (void*)&{i},\n" for i in insts) + "};\n"
-    return head + source(file) + tail
+    return code(file, format_defines(get_format(fmt))) + tail
 
 
 if __name__ == "__main__":  # python -m fp8lab.gpu._loader FILE [FORMAT [PART]]  -> stdout
